@@ -1,0 +1,91 @@
+"""The driver's end of the task -> driver event channel (see ``sparktf.runtime.events``).
+
+One server per job, bound to the driver's own address on a kernel-chosen port,
+accepting only connections that present the job's random secret.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import secrets
+import socketserver
+import threading
+from typing import Any, Callable
+
+from sparktf.runtime.events import ACK, decode
+
+logger = logging.getLogger(__name__)
+
+EventHandler = Callable[[dict[str, Any]], None]
+
+
+class _Handler(socketserver.StreamRequestHandler):
+    timeout = None  # a task may stay quiet for a long epoch
+
+    def handle(self) -> None:
+        server: _Server = self.server  # type: ignore[assignment]
+        hello = self.rfile.readline()
+        try:
+            presented = decode(hello).get("secret", "")
+        except ValueError:
+            return
+        if not hmac.compare_digest(str(presented), server.secret):
+            logger.warning("sparktf: refused an event connection from %s without the job's "
+                           "secret", self.client_address[0])
+            return
+        for line in self.rfile:
+            try:
+                event = decode(line)
+            except ValueError:
+                continue
+            server.on_event(event)
+            if event.get("ack"):
+                self.wfile.write(ACK)
+                self.wfile.flush()
+
+
+class _Server(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    block_on_close = False
+
+    def __init__(self, host: str, on_event: EventHandler):
+        self.secret = secrets.token_hex(16)
+        self.on_event = on_event
+        super().__init__((host, 0), _Handler)
+
+
+class EventServer:
+    """Receives the tasks' events while a job runs; use as a context manager.
+
+    Parameters
+    ----------
+    host : str
+        The interface to bind: the driver's address as the executors see it.
+    on_event : callable
+        Called with each event dict, from the server's handler threads.
+    """
+
+    def __init__(self, host: str, on_event: EventHandler):
+        self._server = _Server(host, on_event)
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        name="sparktf-events", daemon=True)
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self._server.server_address[:2]
+        return str(host), int(port)
+
+    @property
+    def secret(self) -> str:
+        return self._server.secret
+
+    def __enter__(self) -> "EventServer":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=10)

@@ -1,0 +1,120 @@
+"""Driver-side checks that a barrier stage can start at all, made before any job runs.
+
+Spark itself would retry an over-subscribed barrier stage for minutes
+(``spark.scheduler.barrier.maxConcurrentTasksCheck.*``) and then fail; we refuse
+in seconds with a message that says what to change.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import sys
+import threading
+import time
+from typing import Iterator
+
+from sparktf.errors import ClusterCapacityError
+
+logger = logging.getLogger(__name__)
+
+EXECUTOR_START_TIMEOUT_S = 120.0
+
+
+def expected_slots(master: str, conf: dict[str, str]) -> int | None:
+    """The concurrent task slots a master will offer once all its executors are up.
+
+    ``None`` when the master does not say (standalone, YARN, k8s without fixed instances).
+    """
+    task_cpus = int(conf.get("spark.task.cpus", "1"))
+    m = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?", master)
+    if m:
+        n = m.group(1)
+        if n is None:
+            cores = 1
+        elif n == "*":
+            cores = os.cpu_count() or 1
+        else:
+            cores = int(n)
+        return cores // task_cpus
+    m = re.fullmatch(r"local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*\d+\s*\]", master)
+    if m:
+        return int(m.group(1)) * (int(m.group(2)) // task_cpus)
+    instances = conf.get("spark.executor.instances")
+    cores = conf.get("spark.executor.cores")
+    if instances and cores:
+        return int(instances) * (int(cores) // task_cpus)
+    return None
+
+
+def current_slots(sc) -> int:
+    """Concurrent task slots the registered executors offer now (Spark's own count)."""
+    jsc = sc._jsc.sc()
+    profile = jsc.resourceProfileManager().defaultResourceProfile()
+    return int(jsc.maxNumConcurrentTasks(profile))
+
+
+def check_capacity(sc, num_tasks: int, what: str) -> None:
+    """Raises ``ClusterCapacityError`` unless ``num_tasks`` barrier tasks can run at once.
+
+    When the master will offer enough slots but some executors have not
+    registered yet (a session just started), waits for them, bounded.
+    """
+    conf = dict(sc.getConf().getAll())
+    if conf.get("spark.dynamicAllocation.enabled", "false").lower() == "true":
+        raise ClusterCapacityError(
+            f"{what} runs a barrier stage, which Spark cannot run with dynamic allocation. "
+            "Set spark.dynamicAllocation.enabled=false (and a fixed "
+            "spark.executor.instances) for this application.")
+    have = current_slots(sc)
+    if have >= num_tasks:
+        return
+    expected = expected_slots(sc.master, conf)
+    if expected is not None and expected >= num_tasks:
+        have = _await_slots(sc, num_tasks, EXECUTOR_START_TIMEOUT_S)
+        if have >= num_tasks:
+            return
+    offered = max(have, expected or 0)
+    raise ClusterCapacityError(
+        f"{what} needs {num_tasks} concurrent task slots for its barrier stage, but the "
+        f"cluster offers {offered} (master={sc.master}, "
+        f"spark.task.cpus={conf.get('spark.task.cpus', '1')}). Use at most {offered} tasks "
+        "or add executors/cores.")
+
+
+def _await_slots(sc, num_tasks: int, timeout_s: float) -> int:
+    # PySpark has no blocking "executor registered" call, so this waits in short,
+    # bounded steps; it only runs while a just-started session's executors come up.
+    logger.info("sparktf: waiting for executors to register (%d of %d slots so far)",
+                current_slots(sc), num_tasks)
+    deadline = time.monotonic() + timeout_s
+    tick = threading.Event()
+    have = current_slots(sc)
+    while have < num_tasks and time.monotonic() < deadline:
+        tick.wait(0.25)
+        have = current_slots(sc)
+    return have
+
+
+@contextlib.contextmanager
+def executor_python(sc) -> Iterator[None]:
+    """Makes this job's Python workers use the driver's interpreter where that is safe.
+
+    When neither PYSPARK_PYTHON nor spark.pyspark.python is set, Spark starts
+    ``python3`` on the executors, which usually lacks TensorFlow. On local and
+    local-cluster masters the executors share this machine, so the driver's own
+    interpreter (which has sparktf) is the right one. The change is undone on exit.
+    """
+    user_set = (os.environ.get("PYSPARK_PYTHON")
+                or sc.getConf().get("spark.pyspark.python", None))
+    if user_set or not sc.master.startswith("local"):
+        yield
+        return
+    previous = sc.pythonExec
+    sc.pythonExec = sys.executable
+    try:
+        yield
+    finally:
+        sc.pythonExec = previous

@@ -1,0 +1,271 @@
+"""``sparktf.run``: run a TensorFlow program once per task of one Spark barrier stage.
+
+The driver validates, pickles ``main_fn``, checks that the cluster can hold the
+stage, starts the event channel, runs ``mapInArrow(..., barrier=True)`` and
+turns the tasks' results (or their failure) into a return value (or one error).
+``sparktf.ml.TFEstimator.fit`` is built on the same ``launch``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from typing import Any, Callable, Sequence
+
+import cloudpickle
+
+from sparktf import cluster_check
+from sparktf.channel import EventServer
+from sparktf.errors import (ClusterFormationError, ExecutorEnvironmentError, InvalidInputError,
+                            JobTimeoutError, SparkTFError, TaskFailedError)
+from sparktf.runtime import task as task_runtime
+
+logger = logging.getLogger("sparktf")
+worker_logger = logging.getLogger("sparktf.worker")
+
+PORT_CONFLICT_RETRIES = 3
+USE_GPU_VALUES = ("auto", True, False)
+
+
+def run(spark, main_fn: Callable[[Any, Any], Any], args: Any = None, *, numWorkers: int,
+        numPs: int = 0, df=None, useGpu: str | bool = "auto",
+        timeout: float | None = None) -> list[Any]:
+    """Runs ``main_fn(args, ctx)`` once per task of one barrier stage; returns results by rank.
+
+    Each task gets its role (``ctx.jobName``, ``ctx.taskIndex``, ``ctx.rank``),
+    the ``ctx.clusterSpec`` all tasks agree on, and ``TF_CONFIG`` in its
+    environment before ``main_fn`` starts, so ``tf.distribute`` strategies work
+    unchanged. With ``df``, ``ctx.dataset(batch_size)`` is the task's share of it.
+
+    Parameters
+    ----------
+    spark : SparkSession
+    main_fn : callable
+        ``main_fn(args, ctx)``; runs in a fresh Python process per task. Its return
+        value must be picklable.
+    args : object, optional
+        Passed to every task's ``main_fn`` unchanged.
+    numWorkers : int
+        Training tasks (barrier tasks when ``numPs == 0``).
+    numPs : int
+        Parameter-server tasks, added to the stage.
+    df : DataFrame, optional
+        Input data; repartitioned to ``numWorkers`` partitions if needed.
+    useGpu : "auto", True or False
+        GPUs come from Spark's resource scheduler; see the README.
+    timeout : float, optional
+        Seconds after which the stage is cancelled and ``JobTimeoutError`` raised.
+
+    Returns
+    -------
+    list
+        ``main_fn``'s return value of every task, ordered by rank.
+
+    Examples
+    --------
+    >>> def main(args, ctx):
+    ...     return (ctx.rank, ctx.jobName, args["x"])
+    >>> sparktf.run(spark, main, {"x": 1}, numWorkers=2)  # doctest: +SKIP
+    [(0, 'worker', 1), (1, 'worker', 1)]
+    """
+    validate_launch(numWorkers, numPs, useGpu, timeout)
+    if df is not None and numPs > 0:
+        raise InvalidInputError("sparktf.run(df=...) feeds data to all-reduce workers only; "
+                                f"it cannot be combined with parameter servers yet. "
+                                f"Received: numPs={numPs}. Read the data in main_fn instead.")
+    payload = pickle_main(main_fn, args)
+    columns = tuple(df.columns) if df is not None else ()
+    if df is not None:
+        from sparktf.ml.schema import check_feedable
+        check_feedable(df.schema, columns)
+    return launch(spark, payload, num_workers=numWorkers, num_ps=numPs, df=df,
+                  columns=columns, use_gpu=useGpu, timeout=timeout)
+
+
+def validate_launch(num_workers, num_ps, use_gpu, timeout) -> None:
+    """Refuses bad launcher arguments before anything starts."""
+    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
+        raise InvalidInputError(f"numWorkers must be an integer >= 1. "
+                                f"Received: numWorkers={num_workers!r}")
+    if isinstance(num_ps, bool) or not isinstance(num_ps, int) or num_ps < 0:
+        raise InvalidInputError(f"numPs must be an integer >= 0. Received: numPs={num_ps!r}")
+    if num_ps > 0 and num_workers < 2:
+        raise InvalidInputError("Parameter-server training needs a chief and at least one "
+                                f"worker: numWorkers >= 2. Received: numWorkers={num_workers}")
+    if use_gpu not in USE_GPU_VALUES:
+        raise InvalidInputError(f"useGpu must be 'auto', True or False. "
+                                f"Received: useGpu={use_gpu!r}")
+    if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
+        raise InvalidInputError(f"timeout must be a positive number of seconds or None. "
+                                f"Received: timeout={timeout!r}")
+
+
+def pickle_main(main_fn, args) -> bytes:
+    """``(main_fn, args)`` pickled for the tasks; an error that names what failed to pickle."""
+    if not callable(main_fn):
+        raise InvalidInputError(f"main_fn must be callable as main_fn(args, ctx). "
+                                f"Received: main_fn={main_fn!r}")
+    try:
+        return cloudpickle.dumps((main_fn, args))
+    except Exception as e:
+        raise InvalidInputError(
+            f"main_fn and args must be picklable (cloudpickle) to reach the executors, but "
+            f"pickling failed: {type(e).__name__}: {e}. Move locks, sessions, open files or "
+            "sockets out of the closure and create them inside main_fn.") from e
+
+
+def launch(spark, payload: bytes, *, num_workers: int, num_ps: int = 0, df=None,
+           columns: Sequence[str] = (), use_gpu="auto", model_dir: str | None = None,
+           timeout: float | None = None, on_event: Callable[[dict], None] | None = None,
+           what: str = "sparktf.run") -> list[Any]:
+    """Runs one barrier stage of ``num_workers + num_ps`` tasks; returns unpickled results."""
+    _ensure_log_handler()
+    sc = spark.sparkContext
+    num_tasks = num_workers + num_ps
+    cluster_check.check_capacity(sc, num_tasks, what)
+    if use_gpu is True:
+        _check_gpu_conf(sc)
+    collector = _EventCollector(on_event)
+    host = sc.getConf().get("spark.driver.host", "127.0.0.1")
+    for attempt in range(1, PORT_CONFLICT_RETRIES + 1):
+        collector.errors.clear()
+        with EventServer(host, collector) as server, cluster_check.executor_python(sc):
+            spec = task_runtime.TaskSpec(
+                payload=payload, num_workers=num_workers, num_ps=num_ps,
+                use_gpu=str(use_gpu).lower() if isinstance(use_gpu, bool) else use_gpu,
+                model_dir=model_dir, columns=tuple(columns), event_address=server.address,
+                event_secret=server.secret)
+            frame = _input_frame(spark, df, num_tasks)
+            try:
+                rows = _collect(sc, _barrier_job(frame, spec), timeout, what)
+                break
+            except JobTimeoutError:
+                raise
+            except Exception as e:
+                failure = _translate(e, collector.errors, what)
+                if not _is_port_conflict(failure) or attempt == PORT_CONFLICT_RETRIES:
+                    raise failure from e
+                logger.warning("sparktf: %s; forming the cluster again with new ports "
+                               "(attempt %d of %d)", failure.message, attempt + 1,
+                               PORT_CONFLICT_RETRIES)
+    results = sorted(((r["rank"], r["result"]) for r in rows))
+    return [cloudpickle.loads(blob) for _, blob in results]
+
+
+def _is_port_conflict(failure: SparkTFError) -> bool:
+    return (isinstance(failure, TaskFailedError)
+            and failure.message.startswith(task_runtime.PORT_CONFLICT_PREFIX))
+
+
+def _input_frame(spark, df, num_tasks: int):
+    if df is None:
+        return spark.range(0, num_tasks, 1, num_tasks)
+    if df.rdd.getNumPartitions() != num_tasks:
+        # A shuffle, not coalesce: barrier stages refuse RDD chains that change partition counts.
+        return df.repartition(num_tasks)
+    return df
+
+
+def _barrier_job(frame, spec: task_runtime.TaskSpec):
+    def barrier_task(batches):
+        return task_runtime.run_task(spec, batches)
+
+    return frame.mapInArrow(barrier_task, "rank int, result binary", barrier=True)
+
+
+def _collect(sc, job, timeout: float | None, what: str):
+    """Collects the job; cancels it (by job tag) after ``timeout`` seconds."""
+    tag = f"sparktf-{uuid.uuid4().hex[:12]}"
+    timed_out = threading.Event()
+
+    def cancel():
+        timed_out.set()
+        sc.cancelJobsWithTag(tag)
+
+    timer = threading.Timer(timeout, cancel) if timeout else None
+    sc.addJobTag(tag)
+    try:
+        if timer:
+            timer.daemon = True
+            timer.start()
+        try:
+            return job.collect()
+        except Exception as e:
+            if timed_out.is_set():
+                raise JobTimeoutError(f"{what} did not finish within timeout={timeout} s; its "
+                                      "barrier stage was cancelled.") from e
+            raise
+    finally:
+        if timer:
+            timer.cancel()
+            timer.join()
+        sc.removeJobTag(tag)
+
+
+def _check_gpu_conf(sc) -> None:
+    amount = sc.getConf().get("spark.task.resource.gpu.amount", None)
+    if not amount or float(amount) <= 0:
+        raise InvalidInputError(
+            "useGpu=True, but Spark is not scheduling GPUs: spark.task.resource.gpu.amount is "
+            "not set. Set spark.executor.resource.gpu.amount, spark.task.resource.gpu.amount "
+            "and a discovery script, or use useGpu='auto' to fall back to CPU.")
+
+
+class _EventCollector:
+    """Handles the tasks' events on the driver: logs, failures by rank, progress."""
+
+    def __init__(self, on_event: Callable[[dict], None] | None):
+        self.errors: dict[int, dict] = {}
+        self._on_event = on_event
+        self._lock = threading.Lock()
+
+    def __call__(self, event: dict) -> None:
+        kind = event.get("kind")
+        rank = event.get("rank", -1)
+        if kind == "log":
+            worker_logger.info("[rank %s] %s", rank, event.get("line", ""))
+        elif kind == "error":
+            with self._lock:
+                self.errors.setdefault(int(rank), event)
+        elif self._on_event is not None:
+            self._on_event(event)
+
+
+def _translate(exc: Exception, errors: dict[int, dict], what: str) -> SparkTFError:
+    """The most useful sparktf error for a failed barrier stage."""
+    if errors:
+        first = min(errors)  # lowest failing rank; every rank's story is in the log
+        info = errors[first]
+        for rank, other in sorted(errors.items()):
+            if rank != first:
+                logger.error("sparktf: rank %d (%s) also failed: %s", rank, other.get("role"),
+                             other.get("message"))
+        return TaskFailedError(first, info.get("role", "?"), info.get("message", ""),
+                               info.get("traceback", ""), info.get("log_tail", ""))
+    text = str(exc)
+    if "No module named 'sparktf'" in text or "No module named 'tensorflow'" in text:
+        return ExecutorEnvironmentError(
+            "The executors' Python cannot import sparktf/TensorFlow. Set PYSPARK_PYTHON (or "
+            "spark.pyspark.python) to an interpreter that has sparktf installed on every "
+            f"executor. Spark said: {_first_line(text)}")
+    return SparkTFError(f"{what}'s barrier stage failed before any task reported an error "
+                        f"(an executor lost?): {_first_line(text)}")
+
+
+def _first_line(text: str) -> str:
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()[:500]
+    return text[:500]
+
+
+def _ensure_log_handler() -> None:
+    """Shows sparktf's INFO lines (progress, worker logs) when the app set up no logging."""
+    root = logging.getLogger()
+    if logger.handlers or root.handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)

@@ -1,0 +1,1 @@
+"""pyspark.ml stages: ``TFEstimator`` and ``TFModel``."""

@@ -1,0 +1,108 @@
+"""``ctx``: what one task of a sparktf job knows about itself, handed to ``main_fn``.
+
+Attribute names are camelCase because they are part of the public contract,
+like pyspark's own Params.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from typing import Any, Sequence
+
+from sparktf.runtime import feed
+
+EVENT_MARKER = "\x1esparktf-event "  # child stdout line prefix carrying a JSON event
+DONE_LINE = "\x1esparktf-done"  # child stdout line: result written, waiting for release
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskContext:
+    """The task's role in the TensorFlow cluster and its share of the input.
+
+    Attributes
+    ----------
+    jobName : str
+        ``"chief"``, ``"worker"``, ``"ps"`` or ``"evaluator"``.
+    taskIndex : int
+        Index of the task within its job.
+    rank : int
+        The barrier partition id, 0 .. numTasks - 1.
+    clusterSpec : dict
+        Job name -> list of ``host:port``, identical on every task.
+    numWorkers : int
+        Number of training tasks (chief included).
+    numPs : int
+        Number of parameter servers.
+    modelDir : str or None
+        Where checkpoints, logs and exports go (reachable from every task).
+    numRows : int
+        Rows of the input DataFrame that this task received.
+    allNumRows : tuple of int
+        ``numRows`` of every task, by rank.
+    """
+
+    jobName: str
+    taskIndex: int
+    rank: int
+    clusterSpec: dict
+    numWorkers: int
+    numPs: int = 0
+    modelDir: str | None = None
+    numRows: int = 0
+    allNumRows: tuple = ()
+    shard: feed.Shard | None = None
+    gpus: str = ""
+
+    @property
+    def tfConfig(self) -> dict:
+        """The TF_CONFIG this task runs under, as a dict."""
+        return {"cluster": self.clusterSpec,
+                "task": {"type": self.jobName, "index": self.taskIndex}}
+
+    @property
+    def isChief(self) -> bool:
+        """Whether this task writes shared outputs (the chief, or worker 0 without one)."""
+        if "chief" in self.clusterSpec:
+            return self.jobName == "chief"
+        return self.jobName == "worker" and self.taskIndex == 0
+
+    def dataset(self, batch_size: int, shuffle: bool = False, seed: int | None = None,
+                columns: Sequence[str] | None = None):
+        """This task's share of the input DataFrame as a ``tf.data.Dataset`` of dicts.
+
+        Each element maps a column name to a batch of ``batch_size`` rows (the
+        last one may be smaller): vectors and arrays as float32 ``[batch, width]``,
+        numbers as float32 or int64 ``[batch]``. Rows come from a local,
+        memory-mapped Arrow file, so the dataset can be iterated once per epoch.
+        With ``shuffle``, chunk order and rows within chunks change every pass.
+        """
+        import tensorflow as tf
+
+        if self.shard is None:
+            raise ValueError("This job was started without a DataFrame; pass df= to "
+                             "sparktf.run to feed data to the tasks.")
+        names = list(columns or self.shard.columns)
+        template = feed.empty_batch(self.shard, names)
+        signature = {n: tf.TensorSpec((None,) + a.shape[1:], tf.as_dtype(a.dtype))
+                     for n, a in template.items()}
+        shard = self.shard
+        passes = iter(range(sys.maxsize))
+
+        def chunks():
+            chunk_iter = feed.read_chunks(shard, names)
+            if shuffle:
+                import numpy as np
+                rng = np.random.default_rng(None if seed is None else seed + next(passes))
+                chunk_iter = feed._shuffled(list(chunk_iter), rng)
+            yield from chunk_iter
+
+        ds = tf.data.Dataset.from_generator(chunks, output_signature=signature)
+        return ds.rebatch(batch_size).prefetch(tf.data.AUTOTUNE)
+
+    def emit(self, kind: str, **payload: Any) -> None:
+        """Sends a structured event (e.g. epoch progress) to the driver."""
+        event = {"kind": kind, "rank": self.rank, **payload}
+        sys.stdout.write(EVENT_MARKER + json.dumps(event, default=float) + "\n")
+        sys.stdout.flush()

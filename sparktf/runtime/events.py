@@ -1,0 +1,76 @@
+"""Task -> driver events (log lines, progress, failures): the wire format and the client.
+
+The channel is a plain TCP connection to a server the driver starts for one job.
+The first line a task sends is the job's secret; the server drops any connection
+that does not present it. Each event is one JSON line. Events that must arrive
+before the task goes on (a failure report, sent just before the task raises)
+are acknowledged by the server.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from typing import Any
+
+ACK = b"ok\n"
+CONNECT_TIMEOUT_S = 10.0
+
+
+def encode(event: dict[str, Any]) -> bytes:
+    """One event as a JSON line."""
+    return (json.dumps(event, separators=(",", ":"), default=str) + "\n").encode("utf-8")
+
+
+def decode(line: bytes) -> dict[str, Any]:
+    """One JSON line back into an event."""
+    return json.loads(line.decode("utf-8"))
+
+
+class EventClient:
+    """Sends a task's events to the driver; degrades to the executor's stderr if unreachable."""
+
+    def __init__(self, address: tuple[str, int] | None, secret: str, rank: int):
+        self.rank = rank
+        self._sock: socket.socket | None = None
+        self._reader = None
+        if address is None:
+            return
+        try:
+            self._sock = socket.create_connection(address, timeout=CONNECT_TIMEOUT_S)
+            self._sock.sendall(encode({"secret": secret, "rank": rank}))
+            self._reader = self._sock.makefile("rb")
+        except OSError as e:
+            print(f"sparktf: rank {rank} cannot reach the driver's event channel at "
+                  f"{address}: {e}; its output stays in the executor log", file=sys.stderr)
+            self.close()
+
+    def send(self, event: dict[str, Any], wait_ack: bool = False) -> bool:
+        """Sends one event; with ``wait_ack`` blocks (bounded) until the driver has it."""
+        if self._sock is None:
+            return False
+        event.setdefault("rank", self.rank)
+        try:
+            self._sock.sendall(encode(event))
+            if wait_ack:
+                return self._reader.readline() == ACK
+            return True
+        except OSError:
+            self.close()
+            return False
+
+    def close(self) -> None:
+        """Closes the connection; safe to call twice."""
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def __enter__(self) -> "EventClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,250 @@
+"""Arrow record batches -> a local, memory-mapped shard -> numpy batches for TensorFlow.
+
+The barrier task receives its partition as Arrow record batches. Each batch is
+normalised (vectors and arrays to fixed-width float32 lists, numbers to
+float32/int64) and appended to an Arrow IPC file on local disk, so Python holds
+one batch at a time whatever the partition's size. Epochs then read the file
+through a memory map: zero-copy, and the page cache decides what stays in RAM.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterable, Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+_VECTOR_FIELDS = {"type", "size", "indices", "values"}
+
+
+class FeedError(ValueError):
+    """A column's data cannot be fed to TensorFlow."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Shard:
+    """One task's spilled partition: where it lies, its columns, how many rows."""
+
+    path: str
+    columns: tuple[str, ...]
+    widths: tuple[int, ...]  # 0 for a scalar column, else the vector length
+    num_rows: int
+
+
+def is_vector_type(t: pa.DataType) -> bool:
+    """Whether an Arrow type is how Spark sends an ml ``VectorUDT``."""
+    return pa.types.is_struct(t) and {t.field(i).name for i in range(t.num_fields)} == \
+        _VECTOR_FIELDS
+
+
+def _list_to_matrix(arr: pa.Array, name: str) -> np.ndarray:
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if len(arr) == 0:
+        return np.zeros((0, 0), dtype=np.float32)
+    if pa.types.is_fixed_size_list(arr.type):
+        width = arr.type.list_size
+    else:
+        lengths = arr.value_lengths().to_numpy(zero_copy_only=False)
+        width = int(lengths[0])
+        if not np.all(lengths == width):
+            raise FeedError(f"Column '{name}' holds arrays of different lengths "
+                            f"({int(lengths.min())} to {int(lengths.max())}); every row must "
+                            "have the same length. Pad or truncate the arrays first.")
+    values = arr.flatten()
+    if values.null_count:
+        raise FeedError(f"Column '{name}' has null elements inside its arrays; fill or drop "
+                        "them before training.")
+    return values.to_numpy(zero_copy_only=False).astype(np.float32, copy=False).reshape(
+        len(arr), width)
+
+
+def _vector_to_matrix(arr: pa.StructArray, name: str) -> np.ndarray:
+    n = len(arr)
+    kinds = arr.field("type").to_numpy(zero_copy_only=False)
+    values = arr.field("values")
+    if np.all(kinds == 1):  # all dense: one reshape
+        return _list_to_matrix(values, name)
+    sizes = arr.field("size").to_numpy(zero_copy_only=False)
+    dense_lengths = values.value_lengths().to_numpy(zero_copy_only=False)
+    widths = np.where(kinds == 1, dense_lengths, np.nan_to_num(sizes, nan=-1)).astype(np.int64)
+    width = int(widths[0]) if n else 0
+    if not np.all(widths == width):
+        raise FeedError(f"Column '{name}' holds vectors of different sizes ({widths.min()} "
+                        f"to {widths.max()}); every vector must have the same size.")
+    out = np.zeros((n, width), dtype=np.float32)
+    flat_values = values.flatten().to_numpy(zero_copy_only=False)
+    row_of_value = np.repeat(np.arange(n), dense_lengths)
+    offsets = values.offsets.to_numpy()[:-1] - values.offsets[0].as_py()
+    position = np.arange(len(flat_values)) - np.repeat(offsets, dense_lengths)
+    sparse_rows = kinds[row_of_value] == 0
+    flat_indices = arr.field("indices").flatten().to_numpy(zero_copy_only=False)
+    columns = position.copy()
+    columns[sparse_rows] = flat_indices
+    out[row_of_value, columns] = flat_values
+    return out
+
+
+def column_to_numpy(arr: pa.Array, name: str) -> np.ndarray:
+    """One Arrow column as a numpy array: (n,) for numbers, (n, width) float32 for vectors."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if arr.null_count:
+        raise FeedError(f"Column '{name}' has {arr.null_count} null value(s) in this partition; "
+                        "sparktf does not train on nulls. Drop or fill them first, e.g. "
+                        f"df.na.drop(subset=['{name}']).")
+    t = arr.type
+    if is_vector_type(t):
+        return _vector_to_matrix(arr, name)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _list_to_matrix(arr, name)
+    if pa.types.is_floating(t) or pa.types.is_decimal(t):
+        return arr.to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
+    if pa.types.is_integer(t) or pa.types.is_boolean(t):
+        return arr.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    raise FeedError(f"Column '{name}' has type {t}, which cannot be fed to TensorFlow; use a "
+                    "numeric, array<float|double> or ml Vector column.")
+
+
+def _to_arrow(matrix: np.ndarray) -> pa.Array:
+    if matrix.ndim == 1:
+        return pa.array(matrix)
+    flat = pa.array(matrix.reshape(-1))
+    return pa.FixedSizeListArray.from_arrays(flat, matrix.shape[1])
+
+
+def normalize(batch: pa.RecordBatch, columns: Sequence[str]) -> pa.RecordBatch:
+    """A batch with only ``columns``, each as float32/int64 or a fixed-width float32 list."""
+    arrays = [_to_arrow(column_to_numpy(batch.column(name), name)) for name in columns]
+    return pa.RecordBatch.from_arrays(arrays, names=list(columns))
+
+
+def spill(batches: Iterable[pa.RecordBatch], path: str, columns: Sequence[str]) -> Shard:
+    """Writes the normalised batches to an Arrow IPC file, one batch in memory at a time."""
+    writer = None
+    schema = None
+    rows = 0
+    try:
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            out = normalize(batch, columns)
+            if writer is None:
+                schema = out.schema
+                writer = pa.ipc.new_file(path, schema)
+            elif out.schema != schema:
+                raise FeedError(_schema_mismatch(schema, out.schema))
+            writer.write_batch(out)
+            rows += out.num_rows
+        if writer is None:  # an empty partition still gets a readable file
+            writer = pa.ipc.new_file(path, pa.schema([(c, pa.float32()) for c in columns]))
+    finally:
+        if writer is not None:
+            writer.close()
+    schema = pa.ipc.open_file(pa.memory_map(path)).schema
+    widths = tuple(t.list_size if pa.types.is_fixed_size_list(t) else 0 for t in schema.types)
+    return Shard(path=path, columns=tuple(columns), widths=widths, num_rows=rows)
+
+
+def _schema_mismatch(first: pa.Schema, later: pa.Schema) -> str:
+    for a, b in zip(first, later):
+        if a.type != b.type:
+            return (f"Column '{a.name}' changes shape within one partition ({a.type} then "
+                    f"{b.type}); every row must have the same length.")
+    return f"Batch schema changed from {first} to {later}"
+
+
+def read_chunks(shard: Shard, columns: Sequence[str] | None = None
+                ) -> Iterator[dict[str, np.ndarray]]:
+    """The shard's record batches as dicts of numpy arrays, read through a memory map."""
+    names = list(columns or shard.columns)
+    reader = pa.ipc.open_file(pa.memory_map(shard.path))
+    for i in range(reader.num_record_batches):
+        batch = reader.get_batch(i)
+        yield {name: _column_view(batch.column(name)) for name in names}
+
+
+def _column_view(arr: pa.Array) -> np.ndarray:
+    if pa.types.is_fixed_size_list(arr.type):
+        return arr.flatten().to_numpy(zero_copy_only=True).reshape(len(arr), arr.type.list_size)
+    return arr.to_numpy(zero_copy_only=True)
+
+
+def step_batches(shard: Shard, steps: int, columns: Sequence[str] | None = None,
+                 seed: int | None = None) -> Iterator[dict[str, np.ndarray]]:
+    """Exactly ``steps`` batches that together hold every row of the shard once.
+
+    Batch sizes differ by at most one row, so a small shard gives small batches
+    rather than fewer steps: every worker runs the same number of steps whatever
+    its share of the data. With a ``seed`` the chunk order and the rows within
+    each chunk are shuffled.
+    """
+    sizes = split_sizes(shard.num_rows, steps)
+    chunks = read_chunks(shard, columns)
+    if seed is not None:
+        chunks = _shuffled(list(chunks), np.random.default_rng(seed))
+    pending: list[dict[str, np.ndarray]] = []
+    held = 0
+    names = list(columns or shard.columns)
+    empty = empty_batch(shard, names)
+    for size in sizes:
+        if size == 0:
+            yield empty
+            continue
+        while held < size:
+            chunk = next(chunks)
+            pending.append(chunk)
+            held += len(chunk[names[0]])
+        batch, pending, held = _take(pending, size, names, held)
+        yield batch
+
+
+def _take(pending, size, names, held):
+    """The first ``size`` rows of the pending chunks, and what remains."""
+    parts = {n: [] for n in names}
+    taken = 0
+    while taken < size:
+        chunk = pending[0]
+        n_chunk = len(chunk[names[0]])
+        need = size - taken
+        if n_chunk <= need:
+            for n in names:
+                parts[n].append(chunk[n])
+            pending.pop(0)
+            taken += n_chunk
+        else:
+            for n in names:
+                parts[n].append(chunk[n][:need])
+            pending[0] = {n: chunk[n][need:] for n in names}
+            taken += need
+    batch = {n: p[0] if len(p) == 1 else np.concatenate(p) for n, p in parts.items()}
+    return batch, pending, held - size
+
+
+def empty_batch(shard: Shard, names: Sequence[str]) -> dict[str, np.ndarray]:
+    """A zero-row batch with the shard's column shapes and dtypes."""
+    schema = pa.ipc.open_file(pa.memory_map(shard.path)).schema
+    out = {}
+    for name in names:
+        t = schema.field(name).type
+        if pa.types.is_fixed_size_list(t):
+            out[name] = np.zeros((0, t.list_size), dtype=t.value_type.to_pandas_dtype())
+        else:
+            out[name] = np.zeros((0,), dtype=t.to_pandas_dtype())
+    return out
+
+
+def _shuffled(chunks, rng):
+    for i in rng.permutation(len(chunks)):
+        chunk = chunks[i]
+        order = rng.permutation(len(next(iter(chunk.values()))))
+        yield {name: values[order] for name, values in chunk.items()}
+
+
+def split_sizes(rows: int, steps: int) -> list[int]:
+    """``rows`` split into ``steps`` sizes that differ by at most one, largest first."""
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1. Received: steps={steps}")
+    base, extra = divmod(rows, steps)
+    return [base + 1] * extra + [base] * (steps - extra)

@@ -1,0 +1,43 @@
+"""Which GPUs a task may see: Spark's assignment, mapped through the cluster manager's view."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+HIDE_ALL = ""  # CUDA_VISIBLE_DEVICES value that hides every GPU
+
+
+class GpuAssignmentError(RuntimeError):
+    """``useGpu=True`` but Spark assigned this task no GPU."""
+
+
+def visible_devices(assigned: Sequence[str], use_gpu: str | bool,
+                    inherited: str | None = None) -> str:
+    """CUDA_VISIBLE_DEVICES for a task, from the GPU addresses Spark assigned it.
+
+    ``inherited`` is the executor's own CUDA_VISIBLE_DEVICES (set by YARN, k8s or a
+    standalone worker): Spark's addresses then index into that list. Without an
+    assignment the task runs on CPU (all GPUs hidden), so tasks never share a GPU
+    by accident; ``use_gpu=True`` makes that an error instead.
+    """
+    if use_gpu is False or use_gpu == "false":
+        return HIDE_ALL
+    if not assigned:
+        if use_gpu is True or use_gpu == "true":
+            raise GpuAssignmentError(
+                "useGpu=True but Spark assigned this task no GPU. Configure GPU scheduling, "
+                "e.g. spark.executor.resource.gpu.amount=1, spark.task.resource.gpu.amount=1 "
+                "and a spark.executor.resource.gpu.discoveryScript, or set useGpu='auto'.")
+        return HIDE_ALL
+    if inherited:
+        pool = [d.strip() for d in inherited.split(",") if d.strip()]
+        mapped = []
+        for address in assigned:
+            index = int(address)
+            if not 0 <= index < len(pool):
+                raise GpuAssignmentError(
+                    f"Spark assigned GPU address {address}, but the executor only sees "
+                    f"CUDA_VISIBLE_DEVICES={inherited!r}. Check the discovery script.")
+            mapped.append(pool[index])
+        return ",".join(mapped)
+    return ",".join(str(a).strip() for a in assigned)

@@ -1,0 +1,113 @@
+"""Arrow batches -> normalised, spilled shard -> step batches."""
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from sparktf.runtime import feed
+
+VECTOR = pa.struct([pa.field("type", pa.int8(), nullable=False), ("size", pa.int32()),
+                    ("indices", pa.list_(pa.field("element", pa.int32(), nullable=False))),
+                    ("values", pa.list_(pa.field("element", pa.float64(), nullable=False)))])
+
+
+def vectors(rows):
+    return pa.array(rows, type=VECTOR)
+
+
+def test_dense_vectors_become_a_float32_matrix():
+    arr = vectors([{"type": 1, "size": None, "indices": None, "values": [1.0, 2.0]},
+                   {"type": 1, "size": None, "indices": None, "values": [3.0, 4.0]}])
+    assert feed.is_vector_type(arr.type)
+    out = feed.column_to_numpy(arr, "v")
+    assert out.dtype == np.float32
+    np.testing.assert_array_equal(out, [[1, 2], [3, 4]])
+
+
+def test_mixed_sparse_and_dense_vectors_are_scattered():
+    arr = vectors([{"type": 0, "size": 4, "indices": [1, 3], "values": [5.0, 6.0]},
+                   {"type": 1, "size": None, "indices": None, "values": [1.0, 2.0, 3.0, 4.0]},
+                   {"type": 0, "size": 4, "indices": [], "values": []}])
+    np.testing.assert_array_equal(feed.column_to_numpy(arr, "v"),
+                                  [[0, 5, 0, 6], [1, 2, 3, 4], [0, 0, 0, 0]])
+
+
+def test_vectors_of_different_sizes_are_refused_by_name():
+    arr = vectors([{"type": 0, "size": 3, "indices": [0], "values": [1.0]},
+                   {"type": 1, "size": None, "indices": None, "values": [1.0, 2.0]}])
+    with pytest.raises(feed.FeedError, match="'v'.*different sizes"):
+        feed.column_to_numpy(arr, "v")
+
+
+def test_ragged_arrays_are_refused_by_name():
+    with pytest.raises(feed.FeedError, match="'a'.*different lengths"):
+        feed.column_to_numpy(pa.array([[1.0, 2.0], [1.0]]), "a")
+
+
+def test_nulls_are_refused_by_name():
+    with pytest.raises(feed.FeedError, match="'x' has 1 null"):
+        feed.column_to_numpy(pa.array([1.0, None]), "x")
+
+
+def test_strings_are_refused_by_name():
+    with pytest.raises(feed.FeedError, match="'s' has type string"):
+        feed.column_to_numpy(pa.array(["a"]), "s")
+
+
+def test_numbers_keep_integer_or_become_float32():
+    assert feed.column_to_numpy(pa.array([1, 2]), "i").dtype == np.int64
+    assert feed.column_to_numpy(pa.array([1.5]), "f").dtype == np.float32
+
+
+def _batches(n_batches, rows_per_batch, width=3):
+    start = 0
+    for _ in range(n_batches):
+        ids = np.arange(start, start + rows_per_batch, dtype=np.float64)
+        features = pa.array([[float(i)] * width for i in ids])
+        yield pa.RecordBatch.from_arrays([pa.array(ids), features, pa.array(["s"] * len(ids))],
+                                         names=["id", "f", "ignored"])
+        start += rows_per_batch
+
+
+def test_spill_keeps_only_requested_columns_and_counts_rows(tmp_path):
+    shard = feed.spill(_batches(3, 10), str(tmp_path / "s.arrow"), ["id", "f"])
+    assert (shard.num_rows, shard.columns, shard.widths) == (30, ("id", "f"), (0, 3))
+    chunks = list(feed.read_chunks(shard))
+    assert [len(c["id"]) for c in chunks] == [10, 10, 10]
+    assert chunks[1]["f"].shape == (10, 3)
+
+
+@pytest.mark.parametrize("seed", [None, 7])
+@pytest.mark.parametrize("steps", [1, 4, 7, 45])
+def test_step_batches_use_every_row_once_in_exactly_steps_batches(tmp_path, steps, seed):
+    shard = feed.spill(_batches(4, 10), str(tmp_path / "s.arrow"), ["id", "f"])
+    batches = list(feed.step_batches(shard, steps, seed=seed))
+    assert len(batches) == steps
+    sizes = [len(b["id"]) for b in batches]
+    assert max(sizes) - min(sizes) <= 1
+    ids = np.concatenate([b["id"] for b in batches])
+    assert sorted(ids.tolist()) == list(range(40))
+    for b in batches:  # features stay aligned with their row
+        np.testing.assert_array_equal(b["f"][:, 0], b["id"])
+    if seed is not None and steps > 1:
+        assert ids.tolist() != sorted(ids.tolist())
+
+
+def test_more_steps_than_rows_gives_empty_batches_with_the_right_shape(tmp_path):
+    shard = feed.spill(_batches(1, 2), str(tmp_path / "s.arrow"), ["id", "f"])
+    batches = list(feed.step_batches(shard, 4))
+    assert [len(b["id"]) for b in batches] == [1, 1, 0, 0]
+    assert batches[-1]["f"].shape == (0, 3)
+
+
+def test_empty_partition_spills_a_readable_empty_shard(tmp_path):
+    shard = feed.spill(iter([]), str(tmp_path / "s.arrow"), ["id"])
+    assert shard.num_rows == 0
+    assert [len(b["id"]) for b in feed.step_batches(shard, 2)] == [0, 0]
+
+
+def test_split_sizes():
+    assert feed.split_sizes(10, 4) == [3, 3, 2, 2]
+    assert sum(feed.split_sizes(1001, 17)) == 1001
+    with pytest.raises(ValueError):
+        feed.split_sizes(5, 0)

@@ -1,0 +1,29 @@
+"""GPU placement: Spark's addresses -> CUDA_VISIBLE_DEVICES."""
+
+import pytest
+
+from sparktf.runtime.gpu import HIDE_ALL, GpuAssignmentError, visible_devices
+
+
+def test_assigned_addresses_become_visible_devices():
+    assert visible_devices(["0", "1"], "auto") == "0,1"
+
+
+def test_addresses_index_into_the_cluster_managers_devices():
+    assert visible_devices(["1"], "auto", inherited="4,5,6") == "5"
+    assert visible_devices(["0", "2"], True, inherited="4, 5, 6") == "4,6"
+
+
+def test_address_outside_the_inherited_list_is_an_error():
+    with pytest.raises(GpuAssignmentError, match="CUDA_VISIBLE_DEVICES"):
+        visible_devices(["3"], "auto", inherited="0,1")
+
+
+def test_no_assignment_hides_gpus_unless_required():
+    assert visible_devices([], "auto") == HIDE_ALL
+    with pytest.raises(GpuAssignmentError, match="spark.task.resource.gpu.amount"):
+        visible_devices([], True)
+
+
+def test_use_gpu_false_hides_assigned_gpus():
+    assert visible_devices(["0"], False) == HIDE_ALL

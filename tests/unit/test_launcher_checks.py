@@ -1,0 +1,79 @@
+"""Launcher argument checks, capacity arithmetic and the event channel, without a JVM."""
+
+import socket
+import threading
+
+import pytest
+
+import sparktf
+from sparktf import cluster_check, launcher
+from sparktf.channel import EventServer
+from sparktf.runtime.events import EventClient, encode
+
+
+@pytest.mark.parametrize("kwargs,fragment", [
+    ({"num_workers": 0}, "numWorkers must be an integer >= 1. Received: numWorkers=0"),
+    ({"num_workers": 2.0}, "numWorkers=2.0"),
+    ({"num_workers": True}, "numWorkers=True"),
+    ({"num_ps": -1}, "numPs=-1"),
+    ({"num_ps": 1, "num_workers": 1}, "numWorkers >= 2"),
+    ({"use_gpu": "yes"}, "useGpu='yes'"),
+    ({"timeout": 0}, "timeout=0"),
+])
+def test_bad_launch_arguments_are_refused_with_the_value(kwargs, fragment):
+    args = {"num_workers": 2, "num_ps": 0, "use_gpu": "auto", "timeout": None, **kwargs}
+    with pytest.raises(sparktf.InvalidInputError) as info:
+        launcher.validate_launch(**args)
+    assert fragment in str(info.value)
+
+
+def test_unpicklable_main_fn_is_refused_before_launch():
+    lock = threading.Lock()
+
+    def main(args, ctx):
+        return lock.locked()
+
+    with pytest.raises(sparktf.InvalidInputError, match="picklable.*lock"):
+        launcher.pickle_main(main, None)
+
+
+def test_non_callable_main_fn_is_refused():
+    with pytest.raises(sparktf.InvalidInputError, match="callable"):
+        launcher.pickle_main(42, None)
+
+
+@pytest.mark.parametrize("master,conf,slots", [
+    ("local", {}, 1),
+    ("local[4]", {}, 4),
+    ("local[4]", {"spark.task.cpus": "2"}, 2),
+    ("local-cluster[2,1,1024]", {}, 2),
+    ("local-cluster[3, 2, 512]", {}, 6),
+    ("spark://h:7077", {"spark.executor.instances": "4", "spark.executor.cores": "2"}, 8),
+    ("yarn", {}, None),
+])
+def test_expected_slots(master, conf, slots):
+    assert cluster_check.expected_slots(master, conf) == slots
+
+
+def test_event_channel_delivers_events_and_acknowledges():
+    received = []
+    with EventServer("127.0.0.1", received.append) as server:
+        with EventClient(server.address, server.secret, rank=1) as client:
+            assert client.send({"kind": "log", "line": "hello"})
+            assert client.send({"kind": "error", "message": "x", "ack": True}, wait_ack=True)
+    assert [e["kind"] for e in received] == ["log", "error"]
+    assert received[0]["rank"] == 1 and received[0]["line"] == "hello"
+
+
+def test_event_channel_ignores_connections_without_the_secret():
+    received = []
+    with EventServer("127.0.0.1", received.append) as server:
+        with socket.create_connection(server.address, timeout=5) as s:
+            s.sendall(encode({"secret": "wrong"}) + encode({"kind": "log", "line": "x"}))
+            assert s.recv(10) == b""  # the server closed the connection
+    assert received == []
+
+
+def test_event_client_without_a_driver_degrades_quietly():
+    client = EventClient(None, "", rank=0)
+    assert client.send({"kind": "log"}) is False
