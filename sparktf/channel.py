@@ -9,6 +9,7 @@ from __future__ import annotations
 import hmac
 import logging
 import secrets
+import socket
 import socketserver
 import threading
 from typing import Any, Callable
@@ -22,6 +23,14 @@ EventHandler = Callable[[dict[str, Any]], None]
 
 class _Handler(socketserver.StreamRequestHandler):
     timeout = None  # a task may stay quiet for a long epoch
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.track(self.request, True)  # type: ignore[attr-defined]
+
+    def finish(self) -> None:
+        self.server.track(self.request, False)  # type: ignore[attr-defined]
+        super().finish()
 
     def handle(self) -> None:
         server: _Server = self.server  # type: ignore[assignment]
@@ -48,12 +57,27 @@ class _Handler(socketserver.StreamRequestHandler):
 class _Server(socketserver.ThreadingTCPServer):
     daemon_threads = True
     allow_reuse_address = True
-    block_on_close = False
+    block_on_close = True  # server_close() joins the handler threads
 
     def __init__(self, host: str, on_event: EventHandler):
         self.secret = secrets.token_hex(16)
         self.on_event = on_event
+        self._open: set[socket.socket] = set()
+        self._lock = threading.Lock()
         super().__init__((host, 0), _Handler)
+
+    def track(self, sock: socket.socket, is_open: bool) -> None:
+        with self._lock:
+            (self._open.add if is_open else self._open.discard)(sock)
+
+    def hang_up(self) -> None:
+        """Ends every task connection, e.g. one of a task that Spark is still killing."""
+        with self._lock:
+            for sock in list(self._open):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
 
 
 class EventServer:
@@ -87,5 +111,6 @@ class EventServer:
 
     def __exit__(self, *exc) -> None:
         self._server.shutdown()
+        self._server.hang_up()
         self._server.server_close()
         self._thread.join(timeout=10)

@@ -8,7 +8,10 @@ turns the tasks' results (or their failure) into a return value (or one error).
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import sys
+import sysconfig
 import threading
 import uuid
 from typing import Any, Callable, Sequence
@@ -107,12 +110,40 @@ def pickle_main(main_fn, args) -> bytes:
         raise InvalidInputError(f"main_fn must be callable as main_fn(args, ctx). "
                                 f"Received: main_fn={main_fn!r}")
     try:
-        return cloudpickle.dumps((main_fn, args))
+        with _by_value(main_fn):
+            return cloudpickle.dumps((main_fn, args))
     except Exception as e:
         raise InvalidInputError(
             f"main_fn and args must be picklable (cloudpickle) to reach the executors, but "
             f"pickling failed: {type(e).__name__}: {e}. Move locks, sessions, open files or "
             "sockets out of the closure and create them inside main_fn.") from e
+
+
+def _installed_roots() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    return tuple({paths["purelib"], paths["platlib"], paths["stdlib"]})
+
+
+@contextlib.contextmanager
+def _by_value(fn):
+    """Pickles ``fn``'s module by value when it is the user's own, not an installed one.
+
+    A function from a script's or notebook's neighbouring module would otherwise be
+    pickled by reference and fail to import on the executors.
+    """
+    module = sys.modules.get(getattr(fn, "__module__", None) or "")
+    path = getattr(module, "__file__", None)
+    own = (module is not None and path is not None and module.__name__ != "__main__"
+           and not module.__name__.startswith(("sparktf", "pyspark"))
+           and not path.startswith(_installed_roots()))
+    if not own:
+        yield
+        return
+    cloudpickle.register_pickle_by_value(module)
+    try:
+        yield
+    finally:
+        cloudpickle.unregister_pickle_by_value(module)
 
 
 def launch(spark, payload: bytes, *, num_workers: int, num_ps: int = 0, df=None,

@@ -1,0 +1,39 @@
+"""Shared test helpers."""
+
+import os
+import select
+
+CHILD_MARKER = "sparktf.runtime.child"
+
+
+def child_pids() -> list[int]:
+    """PIDs of task processes (main_fn runners) alive on this machine."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        if CHILD_MARKER.encode() in cmdline:
+            pids.append(int(entry))
+    return pids
+
+
+def wait_gone(pids, timeout: float = 30.0) -> list[int]:
+    """Blocks (pidfd, bounded) until the processes exit; returns those still alive."""
+    alive = []
+    for pid in pids:
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            continue
+        try:
+            ready, _, _ = select.select([fd], [], [], timeout)
+            if not ready:
+                alive.append(pid)
+        finally:
+            os.close(fd)
+    return alive
