@@ -7,15 +7,12 @@ in seconds with a message that says what to change.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import re
 import sys
 import threading
 import time
-from typing import Iterator
-
 from sparktf.errors import ClusterCapacityError
 
 logger = logging.getLogger(__name__)
@@ -98,23 +95,20 @@ def _await_slots(sc, num_tasks: int, timeout_s: float) -> int:
     return have
 
 
-@contextlib.contextmanager
-def executor_python(sc) -> Iterator[None]:
-    """Makes this job's Python workers use the driver's interpreter where that is safe.
+def ensure_executor_python(sc) -> None:
+    """Makes the app's Python workers use the driver's interpreter where that is safe.
 
     When neither PYSPARK_PYTHON nor spark.pyspark.python is set, Spark starts
     ``python3`` on the executors, which usually lacks TensorFlow. On local and
     local-cluster masters the executors share this machine, so the driver's own
-    interpreter (which has sparktf) is the right one. The change is undone on exit.
+    interpreter (which has sparktf) is the right one for every Python UDF of the
+    app, including ``TFModel.udf()`` registered for SQL. Elsewhere the user's
+    setting stands, and a worker without sparktf gets ``ExecutorEnvironmentError``.
     """
     user_set = (os.environ.get("PYSPARK_PYTHON")
                 or sc.getConf().get("spark.pyspark.python", None))
-    if user_set or not sc.master.startswith("local"):
-        yield
+    if user_set or not sc.master.startswith("local") or sc.pythonExec == sys.executable:
         return
-    previous = sc.pythonExec
+    logger.info("sparktf: PYSPARK_PYTHON is not set; Python workers of this %s app will use "
+                "%s", sc.master, sys.executable)
     sc.pythonExec = sys.executable
-    try:
-        yield
-    finally:
-        sc.pythonExec = previous

@@ -147,7 +147,8 @@ def _by_value(fn):
 
 
 def launch(spark, payload: bytes, *, num_workers: int, num_ps: int = 0, df=None,
-           columns: Sequence[str] = (), use_gpu="auto", model_dir: str | None = None,
+           columns: Sequence[str] = (), split_column: str | None = None, use_gpu="auto",
+           model_dir: str | None = None,
            timeout: float | None = None, on_event: Callable[[dict], None] | None = None,
            what: str = "sparktf.run") -> list[Any]:
     """Runs one barrier stage of ``num_workers + num_ps`` tasks; returns unpickled results."""
@@ -161,11 +162,13 @@ def launch(spark, payload: bytes, *, num_workers: int, num_ps: int = 0, df=None,
     host = sc.getConf().get("spark.driver.host", "127.0.0.1")
     for attempt in range(1, PORT_CONFLICT_RETRIES + 1):
         collector.errors.clear()
-        with EventServer(host, collector) as server, cluster_check.executor_python(sc):
+        cluster_check.ensure_executor_python(sc)
+        with EventServer(host, collector) as server:
             spec = task_runtime.TaskSpec(
                 payload=payload, num_workers=num_workers, num_ps=num_ps,
                 use_gpu=str(use_gpu).lower() if isinstance(use_gpu, bool) else use_gpu,
-                model_dir=model_dir, columns=tuple(columns), event_address=server.address,
+                model_dir=model_dir, columns=tuple(columns), split_column=split_column,
+                event_address=server.address,
                 event_secret=server.secret)
             frame = _input_frame(spark, df, num_tasks)
             try:

@@ -1,1 +1,6 @@
-"""pyspark.ml stages: ``TFEstimator`` and ``TFModel``."""
+"""pyspark.ml stages: ``TFEstimator`` trains, ``TFModel`` scores."""
+
+from sparktf.ml.estimator import TFEstimator
+from sparktf.ml.model import TFModel
+
+__all__ = ["TFEstimator", "TFModel"]

@@ -53,6 +53,8 @@ class TaskContext:
     numRows: int = 0
     allNumRows: tuple = ()
     shard: feed.Shard | None = None
+    validationShard: feed.Shard | None = None
+    allValidationRows: tuple = ()
     gpus: str = ""
 
     @property

@@ -14,6 +14,7 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
 
 _VECTOR_FIELDS = {"type", "size", "indices", "values"}
 
@@ -120,31 +121,59 @@ def normalize(batch: pa.RecordBatch, columns: Sequence[str]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, names=list(columns))
 
 
-def spill(batches: Iterable[pa.RecordBatch], path: str, columns: Sequence[str]) -> Shard:
-    """Writes the normalised batches to an Arrow IPC file, one batch in memory at a time."""
-    writer = None
-    schema = None
-    rows = 0
+class _ShardWriter:
+    """Appends normalised batches to one Arrow IPC file."""
+
+    def __init__(self, path: str, columns: Sequence[str]):
+        self.path = path
+        self.columns = tuple(columns)
+        self.rows = 0
+        self._writer = None
+        self._schema = None
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
+        out = normalize(batch, self.columns)
+        if self._writer is None:
+            self._schema = out.schema
+            self._writer = pa.ipc.new_file(self.path, self._schema)
+        elif out.schema != self._schema:
+            raise FeedError(_schema_mismatch(self._schema, out.schema))
+        self._writer.write_batch(out)
+        self.rows += out.num_rows
+
+    def close(self) -> Shard:
+        if self._writer is None:  # an empty partition still gets a readable file
+            self._writer = pa.ipc.new_file(
+                self.path, pa.schema([(c, pa.float32()) for c in self.columns]))
+        self._writer.close()
+        schema = pa.ipc.open_file(pa.memory_map(self.path)).schema
+        widths = tuple(t.list_size if pa.types.is_fixed_size_list(t) else 0
+                       for t in schema.types)
+        return Shard(path=self.path, columns=self.columns, widths=widths, num_rows=self.rows)
+
+
+def spill(batches: Iterable[pa.RecordBatch], path: str, columns: Sequence[str],
+          split_column: str | None = None) -> tuple[Shard, Shard | None]:
+    """Writes the normalised batches to Arrow IPC files, one batch in memory at a time.
+
+    With ``split_column`` (boolean), rows where it is true go to a second shard
+    (``path`` + ``.validation``), e.g. a validation hold-out.
+    """
+    main = _ShardWriter(path, columns)
+    held_out = _ShardWriter(path + ".validation", columns) if split_column else None
     try:
         for batch in batches:
-            if batch.num_rows == 0:
+            if held_out is None:
+                main.write(batch)
                 continue
-            out = normalize(batch, columns)
-            if writer is None:
-                schema = out.schema
-                writer = pa.ipc.new_file(path, schema)
-            elif out.schema != schema:
-                raise FeedError(_schema_mismatch(schema, out.schema))
-            writer.write_batch(out)
-            rows += out.num_rows
-        if writer is None:  # an empty partition still gets a readable file
-            writer = pa.ipc.new_file(path, pa.schema([(c, pa.float32()) for c in columns]))
+            mask = batch.column(split_column)
+            main.write(batch.filter(pa.compute.invert(mask)))
+            held_out.write(batch.filter(mask))
     finally:
-        if writer is not None:
-            writer.close()
-    schema = pa.ipc.open_file(pa.memory_map(path)).schema
-    widths = tuple(t.list_size if pa.types.is_fixed_size_list(t) else 0 for t in schema.types)
-    return Shard(path=path, columns=tuple(columns), widths=widths, num_rows=rows)
+        shards = (main.close(), held_out.close() if held_out else None)
+    return shards
 
 
 def _schema_mismatch(first: pa.Schema, later: pa.Schema) -> str:

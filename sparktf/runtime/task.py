@@ -49,6 +49,7 @@ class TaskSpec:
     use_gpu: str = "auto"
     model_dir: str | None = None
     columns: tuple[str, ...] = ()  # input columns to feed; empty: no data
+    split_column: str | None = None  # boolean column: true rows go to the validation shard
     event_address: tuple[str, int] | None = None
     event_secret: str = ""
     forward_all_ranks: bool = False
@@ -66,22 +67,26 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     with EventClient(spec.event_address, spec.event_secret, rank) as events, \
             tempfile.TemporaryDirectory(prefix=f"sparktf-rank{rank}-") as workdir:
         try:
-            shard = (feed.spill(batches, os.path.join(workdir, "shard.arrow"), spec.columns)
-                     if spec.columns else None)
+            shard, held_out = (feed.spill(batches, os.path.join(workdir, "shard.arrow"),
+                                          spec.columns, spec.split_column)
+                               if spec.columns else (None, None))
             devices = gpu.visible_devices(_assigned_gpus(barrier), spec.use_gpu,
                                           os.environ.get("CUDA_VISIBLE_DEVICES"))
         except Exception as e:  # bad data or GPU setup: report it, then fail the stage
             _fail(events, rank, role, f"{type(e).__name__}: {e}", _format_exc(), "")
         host = barrier.getTaskInfos()[rank].address.rsplit(":", 1)[0]
         mine = {"address": f"{host}:{cluster.pick_port()}",
-                "rows": shard.num_rows if shard else 0}
+                "rows": shard.num_rows if shard else 0,
+                "validation_rows": held_out.num_rows if held_out else 0}
         gathered = [json.loads(g) for g in barrier.allGather(json.dumps(mine))]
         spec_dict = cluster.build_cluster_spec(roles, [g["address"] for g in gathered])
         ctx = TaskContext(jobName=role.job_name, taskIndex=role.task_index, rank=rank,
                           clusterSpec=spec_dict, numWorkers=spec.num_workers,
                           numPs=spec.num_ps, modelDir=spec.model_dir,
                           numRows=mine["rows"], allNumRows=tuple(g["rows"] for g in gathered),
-                          shard=shard, gpus=devices)
+                          shard=shard, validationShard=held_out,
+                          allValidationRows=tuple(g["validation_rows"] for g in gathered),
+                          gpus=devices)
         env = _child_env(spec, ctx, role, devices)
         status, value, tail = _run_child(spec, ctx, env, workdir, events, barrier)
         if status != "ok":

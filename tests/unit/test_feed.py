@@ -70,7 +70,7 @@ def _batches(n_batches, rows_per_batch, width=3):
 
 
 def test_spill_keeps_only_requested_columns_and_counts_rows(tmp_path):
-    shard = feed.spill(_batches(3, 10), str(tmp_path / "s.arrow"), ["id", "f"])
+    shard, _ = feed.spill(_batches(3, 10), str(tmp_path / "s.arrow"), ["id", "f"])
     assert (shard.num_rows, shard.columns, shard.widths) == (30, ("id", "f"), (0, 3))
     chunks = list(feed.read_chunks(shard))
     assert [len(c["id"]) for c in chunks] == [10, 10, 10]
@@ -80,7 +80,7 @@ def test_spill_keeps_only_requested_columns_and_counts_rows(tmp_path):
 @pytest.mark.parametrize("seed", [None, 7])
 @pytest.mark.parametrize("steps", [1, 4, 7, 45])
 def test_step_batches_use_every_row_once_in_exactly_steps_batches(tmp_path, steps, seed):
-    shard = feed.spill(_batches(4, 10), str(tmp_path / "s.arrow"), ["id", "f"])
+    shard, _ = feed.spill(_batches(4, 10), str(tmp_path / "s.arrow"), ["id", "f"])
     batches = list(feed.step_batches(shard, steps, seed=seed))
     assert len(batches) == steps
     sizes = [len(b["id"]) for b in batches]
@@ -94,14 +94,14 @@ def test_step_batches_use_every_row_once_in_exactly_steps_batches(tmp_path, step
 
 
 def test_more_steps_than_rows_gives_empty_batches_with_the_right_shape(tmp_path):
-    shard = feed.spill(_batches(1, 2), str(tmp_path / "s.arrow"), ["id", "f"])
+    shard, _ = feed.spill(_batches(1, 2), str(tmp_path / "s.arrow"), ["id", "f"])
     batches = list(feed.step_batches(shard, 4))
     assert [len(b["id"]) for b in batches] == [1, 1, 0, 0]
     assert batches[-1]["f"].shape == (0, 3)
 
 
 def test_empty_partition_spills_a_readable_empty_shard(tmp_path):
-    shard = feed.spill(iter([]), str(tmp_path / "s.arrow"), ["id"])
+    shard, _ = feed.spill(iter([]), str(tmp_path / "s.arrow"), ["id"])
     assert shard.num_rows == 0
     assert [len(b["id"]) for b in feed.step_batches(shard, 2)] == [0, 0]
 
@@ -111,3 +111,17 @@ def test_split_sizes():
     assert sum(feed.split_sizes(1001, 17)) == 1001
     with pytest.raises(ValueError):
         feed.split_sizes(5, 0)
+
+
+def test_split_column_sends_flagged_rows_to_a_second_shard(tmp_path):
+    def batches():
+        for b in _batches(2, 10):
+            ids = b.column(0).to_numpy()
+            yield b.append_column("val", pa.array(ids % 5 == 0))
+
+    train, val = feed.spill(batches(), str(tmp_path / "s.arrow"), ["id", "f"],
+                            split_column="val")
+    assert (train.num_rows, val.num_rows) == (16, 4)
+    val_ids = np.concatenate([c["id"] for c in feed.read_chunks(val)])
+    assert val_ids.tolist() == [0, 5, 10, 15]
+    assert val.columns == ("id", "f")

@@ -1,0 +1,168 @@
+"""``TFEstimator``: trains a Keras model on many Spark executors and returns a ``TFModel``."""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+
+import cloudpickle
+from pyspark import keyword_only
+from pyspark.ml import Estimator
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from sparktf import launcher
+from sparktf.errors import InvalidInputError
+from sparktf.ml import schema
+from sparktf.ml.model import TFModel
+from sparktf.ml.params import _TFEstimatorParams
+from sparktf.ml.progress import EpochProgress
+from sparktf.runtime import storage, training
+
+logger = logging.getLogger("sparktf")
+
+VALIDATION_FLAG = "__sparktf_validation__"
+
+
+class TFEstimator(Estimator, _TFEstimatorParams):
+    """Trains a compiled Keras model with TensorFlow on ``numWorkers`` Spark tasks.
+
+    ``fit`` runs one Spark barrier stage: every task receives its partition as
+    Arrow batches, the tasks form a ``MultiWorkerMirroredStrategy`` cluster and
+    train in lockstep, and the chief exports the model under ``modelDir``.
+
+    Parameters
+    ----------
+    modelFn : callable
+        ``hparams -> compiled keras.Model``; ``hparams`` holds ``hyperParams`` plus
+        ``learningRate``, ``epochs`` and ``batchSize``.
+    featuresCol, inputCols, labelCol : str, list of str, str
+        Input columns: one vector/array/numeric column, or several for a
+        multi-input model; a numeric or array label.
+    numWorkers, epochs, batchSize, learningRate, hyperParams, ...
+        See ``explainParams()``.
+
+    Examples
+    --------
+    >>> def build(hparams):
+    ...     import keras
+    ...     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, "softmax")])
+    ...     model.compile(keras.optimizers.Adam(hparams["learningRate"]),
+    ...                   "sparse_categorical_crossentropy", metrics=["accuracy"])
+    ...     return model
+    >>> est = TFEstimator(modelFn=build, numWorkers=2, epochs=5, batchSize=64)
+    >>> model = est.fit(train_df)                       # doctest: +SKIP
+    >>> model.getHistory()["accuracy"][-1]              # doctest: +SKIP
+    0.97
+    """
+
+    @keyword_only
+    def __init__(self, *, modelFn=None, featuresCol="features", inputCols=None,
+                 labelCol="label", predictionCol="prediction", probabilityCol="probability",
+                 rawPredictionCol="rawPrediction", numWorkers=1, numPs=0, epochs=1,
+                 batchSize=32, learningRate=1e-3, hyperParams=None, validationFraction=0.0,
+                 validationCol=None, shuffle=True, seed=None, inputMode="stream",
+                 modelDir=None, maxRetries=0, useGpu="auto", callbacks=None):
+        super().__init__()
+        self._set(**_without_none(self._input_kwargs))
+
+    @keyword_only
+    def setParams(self, *, modelFn=None, featuresCol="features", inputCols=None,
+                  labelCol="label", predictionCol="prediction", probabilityCol="probability",
+                  rawPredictionCol="rawPrediction", numWorkers=1, numPs=0, epochs=1,
+                  batchSize=32, learningRate=1e-3, hyperParams=None, validationFraction=0.0,
+                  validationCol=None, shuffle=True, seed=None, inputMode="stream",
+                  modelDir=None, maxRetries=0, useGpu="auto", callbacks=None):
+        """Sets the given Params; see the constructor."""
+        return self._set(**_without_none(self._input_kwargs))
+
+    def _fit(self, dataset: DataFrame) -> TFModel:
+        self._validate(dataset)
+        model_dir = self._model_dir(dataset.sparkSession.sparkContext.master)
+        spec = self._train_spec(model_dir)
+        frame, columns, split = self._training_frame(dataset)
+        progress = EpochProgress()
+        try:
+            results = launcher.launch(
+                dataset.sparkSession, cloudpickle.dumps((training.train_main, spec)),
+                num_workers=self.getNumWorkers(), num_ps=self.getNumPs(), df=frame,
+                columns=columns, split_column=split, use_gpu=self.getUseGpu(),
+                model_dir=model_dir, on_event=progress, what="TFEstimator.fit")
+        finally:
+            progress.finish()
+        return self._make_model(results[0])
+
+    def _validate(self, dataset: DataFrame) -> None:
+        if self.getModelFn() is None:
+            raise InvalidInputError("TFEstimator needs modelFn: a callable hparams -> compiled "
+                                    "keras.Model. Received: modelFn=None")
+        if self.getNumPs() > 0:
+            raise InvalidInputError("Parameter-server training (numPs > 0) is not available "
+                                    f"yet. Received: numPs={self.getNumPs()}; use numPs=0.")
+        if self.getInputMode() != "stream":
+            raise InvalidInputError("Only inputMode='stream' is available yet. "
+                                    f"Received: inputMode={self.getInputMode()!r}")
+        schema.check_feedable(dataset.schema, self.featureColumns(), "feature")
+        schema.check_feedable(dataset.schema, [self.getLabelCol()], "label")
+        if self.isSet(self.validationCol) and self.getValidationFraction() > 0:
+            raise InvalidInputError("Set either validationCol or validationFraction, not both. "
+                                    f"Received: validationCol={self.getValidationCol()!r}, "
+                                    f"validationFraction={self.getValidationFraction()}")
+        if self.isSet(self.validationCol):
+            schema.check_feedable(dataset.schema, [self.getValidationCol()], "validation")
+        launcher.pickle_main(self.getModelFn(), self.getCallbacks())
+
+    def _model_dir(self, master: str) -> str:
+        if self.isSet(self.modelDir):
+            uri = self.getModelDir()
+            try:
+                storage.check_writable(uri)
+            except (OSError, ValueError) as e:
+                raise InvalidInputError(f"modelDir is not writable from the driver: {e}. "
+                                        f"Received: modelDir={uri!r}") from e
+            return uri
+        if not master.startswith("local"):
+            raise InvalidInputError(
+                "Set modelDir to a location the driver and every executor can reach "
+                "(hdfs://, s3a://, a shared mount) on a cluster master. "
+                f"Received: modelDir unset with master={master!r}")
+        path = tempfile.mkdtemp(prefix="sparktf-model-")
+        logger.info("sparktf: modelDir not set; the model goes to %s", path)
+        return path
+
+    def _train_spec(self, model_dir: str) -> training.TrainSpec:
+        return training.TrainSpec(
+            model_fn=self.getModelFn(), hparams=self.hparams(),
+            feature_columns=tuple(self.featureColumns()), label_column=self.getLabelCol(),
+            epochs=self.getEpochs(), batch_size=self.getBatchSize(), model_dir=model_dir,
+            shuffle=self.getShuffle(), seed=self.getOrDefault(self.seed),
+            has_validation=(self.isSet(self.validationCol)
+                            or self.getValidationFraction() > 0),
+            callbacks=tuple(self.getCallbacks()))
+
+    def _training_frame(self, dataset: DataFrame):
+        """The columns the workers need, plus the validation flag if any."""
+        columns = list(dict.fromkeys(self.featureColumns() + [self.getLabelCol()]))
+        selected = [F.col(c) for c in columns]
+        if self.isSet(self.validationCol):
+            flag = F.coalesce(F.col(self.getValidationCol()).cast("boolean"), F.lit(False))
+        elif self.getValidationFraction() > 0:
+            flag = F.rand(self.getOrDefault(self.seed)) < self.getValidationFraction()
+        else:
+            return dataset.select(*selected), columns, None
+        return dataset.select(*selected, flag.alias(VALIDATION_FLAG)), columns, VALIDATION_FLAG
+
+    def _make_model(self, chief: dict) -> TFModel:
+        model = TFModel(modelPath=storage.join(chief["export_dir"], training.SAVED_MODEL))
+        for param in ("featuresCol", "predictionCol", "probabilityCol", "rawPredictionCol",
+                      "useGpu"):
+            model._set(**{param: self.getOrDefault(param)})
+        if self.isSet(self.inputCols):
+            model._set(inputCols=self.getInputCols())
+        model._set(history=chief["history"], inputMapping=chief["input_mapping"],
+                   predictionKind=chief["prediction_kind"], fromLogits=chief["from_logits"])
+        return model
+
+
+def _without_none(kwargs: dict) -> dict:
+    return {k: v for k, v in kwargs.items() if v is not None}

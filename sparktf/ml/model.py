@@ -1,0 +1,236 @@
+"""``TFModel``: scores DataFrames (and SQL) with a TensorFlow SavedModel."""
+
+from __future__ import annotations
+
+import functools
+from typing import Iterator
+
+from pyspark import keyword_only
+from pyspark.ml import Model
+from pyspark.ml.functions import array_to_vector
+from pyspark.sql import DataFrame
+from pyspark.sql import types as T
+
+from sparktf import cluster_check
+from sparktf.errors import InvalidInputError
+from sparktf.ml import schema
+from sparktf.ml.params import _TFModelParams
+from sparktf.runtime import inference, storage
+
+_SPARK_TYPES = {"float32": T.FloatType(), "float64": T.DoubleType(), "int32": T.IntegerType(),
+                "int64": T.LongType(), "bool": T.BooleanType()}
+
+
+class TFModel(Model, _TFModelParams):
+    """Scores a DataFrame with a SavedModel: every input column kept, outputs appended.
+
+    Returned by ``TFEstimator.fit``, or built directly for any SavedModel
+    (``tf.saved_model.save``, Keras ``model.export``).
+
+    Parameters
+    ----------
+    modelPath : str
+        The SavedModel directory (local path or any URI pyarrow can read).
+    inputMapping : dict, optional
+        Column -> signature input name. Defaults to ``featuresCol``/``inputCols``
+        for a single-input signature.
+    outputMapping : dict, optional
+        Signature output name -> column. Without it, the signature's single output
+        becomes ``predictionCol`` (and ``probabilityCol``/``rawPredictionCol`` for
+        classifiers).
+    signature : str
+        Signature to call, ``"serving_default"`` by default.
+    batchSize : int
+        Rows per signature call (4096 by default).
+
+    Examples
+    --------
+    >>> model = TFModel(modelPath="/models/mlp", inputMapping={"features": "x"},
+    ...                 outputMapping={"y": "score"})
+    >>> model.transform(df).select("id", "score").show()       # doctest: +SKIP
+    >>> spark.udf.register("tf_predict", model.udf())          # doctest: +SKIP
+    """
+
+    @keyword_only
+    def __init__(self, *, modelPath=None, inputMapping=None, outputMapping=None,
+                 signature="serving_default", batchSize=4096, featuresCol="features",
+                 inputCols=None, predictionCol="prediction", probabilityCol="probability",
+                 rawPredictionCol="rawPrediction", useGpu="auto", predictionKind="auto",
+                 fromLogits=False, history=None):
+        super().__init__()
+        self._set(**{k: v for k, v in self._input_kwargs.items() if v is not None})
+
+    @keyword_only
+    def setParams(self, *, modelPath=None, inputMapping=None, outputMapping=None,
+                  signature="serving_default", batchSize=4096, featuresCol="features",
+                  inputCols=None, predictionCol="prediction", probabilityCol="probability",
+                  rawPredictionCol="rawPrediction", useGpu="auto", predictionKind="auto",
+                  fromLogits=False, history=None):
+        """Sets the given Params; see the constructor."""
+        return self._set(**{k: v for k, v in self._input_kwargs.items() if v is not None})
+
+    def _transform(self, dataset: DataFrame) -> DataFrame:
+        spec = self._score_spec(dataset.schema)
+        fields, vector_columns = self._output_fields(spec)
+        for field in fields:
+            if field.name in dataset.columns:
+                raise InvalidInputError(f"The output column '{field.name}' already exists in "
+                                        "the DataFrame; choose another column name.")
+        out_schema = T.StructType(dataset.schema.fields + fields)
+        cluster_check.ensure_executor_python(dataset.sparkSession.sparkContext)
+        scored = dataset.mapInArrow(functools.partial(inference.score_batches, spec),
+                                    out_schema)
+        for column in vector_columns:
+            scored = scored.withColumn(column, array_to_vector(column))
+        return scored
+
+    def udf(self):
+        """A column function giving ``predictionCol``'s value (or the single mapped output).
+
+        Usable in the DataFrame API, ``model.udf()("features")``, and in SQL after
+        ``spark.udf.register("tf_predict", model.udf())``.
+        """
+        from pyspark.sql import SparkSession
+        from pyspark.sql.functions import pandas_udf
+
+        spec = self._score_spec(None)
+        if spec.prediction is not None:
+            return_type, take = T.DoubleType(), spec.prediction.prediction
+        elif len(spec.outputs) == 1 and spec.outputs[0].per_row == "scalar":
+            return_type, take = _SPARK_TYPES.get(spec.outputs[0].dtype, T.DoubleType()), \
+                spec.outputs[0].column
+        else:
+            raise InvalidInputError("udf() returns one value per row: the model needs a single "
+                                    "output or an outputMapping with one scalar output.")
+        session = SparkSession.getActiveSession()
+        if session is not None:
+            cluster_check.ensure_executor_python(session.sparkContext)
+        score = functools.partial(_score_series, spec, take)
+        n = len(spec.inputs)
+        if n == 1:
+            def predict(batches: Iterator["pd.Series"]) -> Iterator["pd.Series"]:  # noqa: F821
+                for series in batches:
+                    yield score((series,))
+        else:
+            def predict(batches: Iterator[tuple["pd.Series", ...]]  # noqa: F821
+                        ) -> Iterator["pd.Series"]:  # noqa: F821
+                for columns in batches:
+                    yield score(columns)
+        import pandas as pd  # noqa: F401  (resolves the type hints above)
+        predict.__annotations__ = _annotations(n)
+        return pandas_udf(predict, return_type)
+
+    def _score_spec(self, df_schema: T.StructType | None) -> inference.ScoreSpec:
+        """Bindings of columns to signature inputs and outputs to columns, checked."""
+        if not self.isDefined(self.modelPath):
+            raise InvalidInputError("TFModel needs modelPath: the SavedModel to score with. "
+                                    "Received: modelPath unset")
+        path = self.getModelPath()
+        if not storage.exists(path):
+            raise InvalidInputError(f"No SavedModel at modelPath={path!r}. Check the path; "
+                                    "it must be readable from the driver and every executor.")
+        try:
+            inputs, outputs = inference.describe(path, self.getSignature())
+        except KeyError as e:
+            raise InvalidInputError(str(e.args[0])) from e
+        bindings = self._input_bindings(inputs, df_schema)
+        spec = dict(model_path=path, signature=self.getSignature(),
+                    batch_size=self.getBatchSize(), inputs=bindings, use_gpu=self.getUseGpu())
+        if self.getOutputMapping():
+            return inference.ScoreSpec(**spec, outputs=self._output_bindings(outputs))
+        return inference.ScoreSpec(**spec, prediction=self._prediction_columns(outputs))
+
+    def _input_bindings(self, inputs: dict, df_schema) -> tuple:
+        mapping = self.getInputMapping()
+        if not mapping:
+            columns = self.featureColumns()
+            if len(columns) != len(inputs):
+                raise InvalidInputError(
+                    f"The signature has inputs {sorted(inputs)} but {len(columns)} feature "
+                    f"column(s) {columns} were given; set inputMapping={{column: input}}.")
+            mapping = dict(zip(columns, sorted(inputs))) if len(inputs) == 1 else None
+            if mapping is None:
+                raise InvalidInputError(f"The signature has several inputs {sorted(inputs)}; "
+                                        "set inputMapping={column: input_name} to bind them.")
+        for column, name in mapping.items():
+            if name not in inputs:
+                raise InvalidInputError(f"inputMapping names input '{name}' (for column "
+                                        f"'{column}'), but the signature's inputs are "
+                                        f"{sorted(inputs)}.")
+        missing = sorted(set(inputs) - set(mapping.values()))
+        if missing:
+            raise InvalidInputError(f"The signature's inputs {missing} have no column; add "
+                                    "them to inputMapping.")
+        if df_schema is not None:
+            schema.check_feedable(df_schema, list(mapping), "input")
+        return tuple(inference.InputBinding(c, n, inputs[n][0], inputs[n][1])
+                     for c, n in mapping.items())
+
+    def _output_bindings(self, outputs: dict) -> tuple:
+        bindings = []
+        for name, column in self.getOutputMapping().items():
+            if name not in outputs:
+                raise InvalidInputError(f"outputMapping names output '{name}', but the "
+                                        f"signature's outputs are {sorted(outputs)}.")
+            shape, dtype = outputs[name]
+            bindings.append(inference.OutputBinding(name, column,
+                                                    inference.per_row_kind(shape), dtype))
+        return tuple(bindings)
+
+    def _prediction_columns(self, outputs: dict) -> inference.PredictionColumns:
+        if len(outputs) != 1:
+            raise InvalidInputError(f"The signature has several outputs {sorted(outputs)}; set "
+                                    "outputMapping={output_name: column} to choose columns.")
+        (name, (shape, _)), = outputs.items()
+        kind = self.getPredictionKind()
+        if kind == "auto":
+            kind = (inference.MULTICLASS if inference.per_row_kind(shape) == "vector"
+                    else inference.REGRESSION)
+        classifier = kind != inference.REGRESSION
+        return inference.PredictionColumns(
+            output_name=name, kind=kind, from_logits=self.getFromLogits(),
+            prediction=self.getPredictionCol(),
+            probability=self.getProbabilityCol() if classifier else None,
+            raw=self.getRawPredictionCol() if classifier else None)
+
+    @staticmethod
+    def _output_fields(spec: inference.ScoreSpec):
+        fields, vectors = [], []
+        for b in spec.outputs:
+            base = _SPARK_TYPES.get(b.dtype, T.DoubleType())
+            dtype = base if b.per_row == "scalar" else T.ArrayType(base)
+            fields.append(T.StructField(b.column, dtype, True))
+        p = spec.prediction
+        if p is not None:
+            fields.append(T.StructField(p.prediction, T.DoubleType(), True))
+            for column in (p.probability, p.raw):
+                if column:
+                    fields.append(T.StructField(column, T.ArrayType(T.DoubleType()), True))
+                    vectors.append(column)
+        return fields, vectors
+
+
+def _annotations(n: int) -> dict:
+    import pandas as pd
+    from typing import Iterator as It, Tuple
+    if n == 1:
+        return {"batches": It[pd.Series], "return": It[pd.Series]}
+    return {"batches": It[Tuple[(pd.Series,) * n]], "return": It[pd.Series]}
+
+
+def _score_series(spec: inference.ScoreSpec, take: str, columns) -> "pd.Series":  # noqa: F821
+    """Scores pandas columns (one per signature input) for the SQL UDF."""
+    import pandas as pd
+    import pyarrow as pa
+
+    arrays, names = [], []
+    for binding, values in zip(spec.inputs, columns):
+        if isinstance(values, pd.DataFrame):  # a struct: an ml Vector
+            table = pa.Table.from_pandas(values, preserve_index=False)
+            arrays.append(table.to_struct_array().combine_chunks())
+        else:
+            arrays.append(pa.Array.from_pandas(values))
+        names.append(binding.column)
+    batch = pa.RecordBatch.from_arrays(arrays, names=names)
+    out = next(inference.score_batches(spec, iter([batch])))
+    return out.column(take).to_pandas()

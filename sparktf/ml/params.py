@@ -1,0 +1,255 @@
+"""The Params of ``TFEstimator`` and ``TFModel``: one place for names, docs and converters.
+
+Converters reject bad values when they are set, with messages in the house
+form: what was expected, then ``Received: name=value``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from pyspark.ml.param import Param, Params, TypeConverters
+from pyspark.ml.param.shared import (HasFeaturesCol, HasInputCols, HasLabelCol,
+                                     HasPredictionCol, HasProbabilityCol, HasRawPredictionCol,
+                                     HasSeed)
+
+from sparktf.errors import InvalidInputError
+
+USE_GPU_CHOICES = ("auto", True, False)
+INPUT_MODES = ("stream", "parquet")
+PREDICTION_KINDS = ("auto", "regression", "binary", "multiclass")
+
+
+def _int_at_least(name: str, low: int) -> Callable[[Any], int]:
+    def convert(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) and not (
+                isinstance(value, float) and value.is_integer()):
+            raise InvalidInputError(f"{name} must be an integer >= {low}. "
+                                    f"Received: {name}={value!r}")
+        if int(value) < low:
+            raise InvalidInputError(f"{name} must be >= {low}. Received: {name}={value!r}")
+        return int(value)
+    return convert
+
+
+def _positive_float(name: str) -> Callable[[Any], float]:
+    def convert(value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise InvalidInputError(f"{name} must be a positive number. "
+                                    f"Received: {name}={value!r}")
+        return float(value)
+    return convert
+
+
+def _fraction(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise InvalidInputError("validationFraction must be in [0, 1). "
+                                f"Received: validationFraction={value!r}")
+    return float(value)
+
+
+def _callable_or_none(name: str) -> Callable[[Any], Any]:
+    def convert(value: Any) -> Any:
+        if value is not None and not callable(value):
+            raise InvalidInputError(f"{name} must be a callable. Received: {name}={value!r}")
+        return value
+    return convert
+
+
+def _choice(name: str, choices: tuple) -> Callable[[Any], Any]:
+    def convert(value: Any) -> Any:
+        if isinstance(value, str):
+            value = {"true": True, "false": False}.get(value.lower(), value.lower())
+        if value not in choices or (isinstance(value, int) and not isinstance(value, bool)):
+            raise InvalidInputError(f"{name} must be one of {list(choices)}. "
+                                    f"Received: {name}={value!r}")
+        return value
+    return convert
+
+
+def _str_dict(name: str) -> Callable[[Any], dict]:
+    def convert(value: Any) -> dict:
+        if not isinstance(value, dict):
+            raise InvalidInputError(f"{name} must be a dict. Received: {name}={value!r}")
+        return dict(value)
+    return convert
+
+
+def _callback_list(value: Any) -> list:
+    items = list(value) if isinstance(value, (list, tuple)) else None
+    if items is None:
+        raise InvalidInputError(f"callbacks must be a list of keras.callbacks.Callback. "
+                                f"Received: callbacks={value!r}")
+    for cb in items:
+        if not hasattr(cb, "on_epoch_end"):
+            raise InvalidInputError("callbacks must hold keras.callbacks.Callback objects. "
+                                    f"Received an item of type {type(cb).__name__}")
+    return items
+
+
+def _param(name: str, doc: str, converter: Callable[[Any], Any]) -> Param:
+    return Param(Params._dummy(), name, doc, typeConverter=converter)
+
+
+class _TFSharedParams(HasFeaturesCol, HasInputCols, HasPredictionCol, HasProbabilityCol,
+                      HasRawPredictionCol):
+    """Params that the estimator carries to its model."""
+
+    batchSize: Param = _param("batchSize", "rows per batch: the global training batch for "
+                              "TFEstimator, the rows per model call for TFModel",
+                              _int_at_least("batchSize", 1))
+    useGpu: Param = _param("useGpu", "'auto' (GPUs Spark assigns, else CPU), True (require "
+                           "an assigned GPU) or False (CPU only)",
+                           _choice("useGpu", USE_GPU_CHOICES))
+
+    def getBatchSize(self) -> int:
+        return self.getOrDefault(self.batchSize)
+
+    def getUseGpu(self):
+        return self.getOrDefault(self.useGpu)
+
+    def featureColumns(self) -> list[str]:
+        """``inputCols`` when set, else ``[featuresCol]``."""
+        if self.isSet(self.inputCols) and self.getInputCols():
+            return list(self.getInputCols())
+        return [self.getFeaturesCol()]
+
+
+class _TFEstimatorParams(_TFSharedParams, HasLabelCol, HasSeed):
+    """Params of ``TFEstimator``."""
+
+    modelFn: Param = _param("modelFn", "callable hparams -> compiled keras.Model, called on "
+                            "every worker", _callable_or_none("modelFn"))
+    numWorkers: Param = _param("numWorkers", "number of TensorFlow workers (barrier tasks)",
+                               _int_at_least("numWorkers", 1))
+    numPs: Param = _param("numPs", "number of parameter servers; > 0 means asynchronous "
+                          "training", _int_at_least("numPs", 0))
+    epochs: Param = _param("epochs", "passes over the training data",
+                           _int_at_least("epochs", 1))
+    learningRate: Param = _param("learningRate", "learning rate, passed to modelFn as "
+                                 "hparams['learningRate']", _positive_float("learningRate"))
+    hyperParams: Param = _param("hyperParams", "dict passed to modelFn as hparams (with "
+                                "learningRate, epochs and batchSize added)",
+                                _str_dict("hyperParams"))
+    validationFraction: Param = _param("validationFraction", "fraction of rows held out for "
+                                       "per-epoch validation metrics (val_*)", _fraction)
+    validationCol: Param = _param("validationCol", "boolean column: true rows are held out "
+                                  "for validation (instead of validationFraction)",
+                                  TypeConverters.toString)
+    shuffle: Param = _param("shuffle", "shuffle the rows every epoch",
+                            TypeConverters.toBoolean)
+    inputMode: Param = _param("inputMode", "'stream' (Spark streams Arrow batches into the "
+                              "workers) or 'parquet' (workers read a Parquet copy)",
+                              _choice("inputMode", INPUT_MODES))
+    modelDir: Param = _param("modelDir", "URI every executor and the driver can reach: "
+                             "checkpoints, logs, exported model", TypeConverters.toString)
+    maxRetries: Param = _param("maxRetries", "relaunches of a failed training attempt, "
+                               "resuming from the last checkpoint",
+                               _int_at_least("maxRetries", 0))
+    callbacks: Param = _param("callbacks", "Keras callbacks run on the workers",
+                              _callback_list)
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self._setDefault(featuresCol="features", labelCol="label", predictionCol="prediction",
+                         probabilityCol="probability", rawPredictionCol="rawPrediction",
+                         numWorkers=1, numPs=0, epochs=1, batchSize=32, learningRate=1e-3,
+                         hyperParams={}, validationFraction=0.0, shuffle=True,
+                         inputMode="stream", maxRetries=0, useGpu="auto", callbacks=[],
+                         modelFn=None)
+
+    def getModelFn(self):
+        return self.getOrDefault(self.modelFn)
+
+    def getNumWorkers(self) -> int:
+        return self.getOrDefault(self.numWorkers)
+
+    def getNumPs(self) -> int:
+        return self.getOrDefault(self.numPs)
+
+    def getEpochs(self) -> int:
+        return self.getOrDefault(self.epochs)
+
+    def getLearningRate(self) -> float:
+        return self.getOrDefault(self.learningRate)
+
+    def getHyperParams(self) -> dict:
+        return dict(self.getOrDefault(self.hyperParams))
+
+    def getValidationFraction(self) -> float:
+        return self.getOrDefault(self.validationFraction)
+
+    def getValidationCol(self) -> str:
+        return self.getOrDefault(self.validationCol)
+
+    def getShuffle(self) -> bool:
+        return self.getOrDefault(self.shuffle)
+
+    def getInputMode(self) -> str:
+        return self.getOrDefault(self.inputMode)
+
+    def getModelDir(self) -> str:
+        return self.getOrDefault(self.modelDir)
+
+    def getMaxRetries(self) -> int:
+        return self.getOrDefault(self.maxRetries)
+
+    def getCallbacks(self) -> list:
+        return list(self.getOrDefault(self.callbacks))
+
+    def hparams(self) -> dict:
+        """What ``modelFn`` receives: ``hyperParams`` plus learningRate, epochs, batchSize."""
+        return {**self.getHyperParams(), "learningRate": self.getLearningRate(),
+                "epochs": self.getEpochs(), "batchSize": self.getBatchSize()}
+
+
+class _TFModelParams(_TFSharedParams):
+    """Params of ``TFModel``."""
+
+    modelPath: Param = _param("modelPath", "URI of the SavedModel to score with",
+                              TypeConverters.toString)
+    inputMapping: Param = _param("inputMapping", "dict column -> signature input name",
+                                 _str_dict("inputMapping"))
+    outputMapping: Param = _param("outputMapping", "dict signature output name -> column",
+                                  _str_dict("outputMapping"))
+    signature: Param = _param("signature", "SavedModel signature to call",
+                              TypeConverters.toString)
+    history: Param = _param("history", "per-epoch training metrics of a model sparktf "
+                            "trained", _str_dict("history"))
+    predictionKind: Param = _param("predictionKind", "how the output becomes predictionCol: "
+                                   "'regression', 'binary', 'multiclass' or 'auto' (multiclass "
+                                   "when the output has more than one value per row)",
+                                   _choice("predictionKind", PREDICTION_KINDS))
+    fromLogits: Param = _param("fromLogits", "whether the classifier outputs logits (then "
+                               "probabilityCol applies sigmoid/softmax)",
+                               TypeConverters.toBoolean)
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self._setDefault(featuresCol="features", predictionCol="prediction",
+                         probabilityCol="probability", rawPredictionCol="rawPrediction",
+                         batchSize=4096, useGpu="auto", signature="serving_default",
+                         inputMapping={}, outputMapping={}, history={},
+                         predictionKind="auto", fromLogits=False)
+
+    def getModelPath(self) -> str:
+        return self.getOrDefault(self.modelPath)
+
+    def getInputMapping(self) -> dict:
+        return dict(self.getOrDefault(self.inputMapping))
+
+    def getOutputMapping(self) -> dict:
+        return dict(self.getOrDefault(self.outputMapping))
+
+    def getSignature(self) -> str:
+        return self.getOrDefault(self.signature)
+
+    def getPredictionKind(self) -> str:
+        return self.getOrDefault(self.predictionKind)
+
+    def getFromLogits(self) -> bool:
+        return self.getOrDefault(self.fromLogits)
+
+    def getHistory(self) -> dict:
+        """Per-epoch training metrics, e.g. ``{"loss": [...], "accuracy": [...]}``."""
+        return {k: list(v) for k, v in self.getOrDefault(self.history).items()}

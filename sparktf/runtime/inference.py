@@ -1,0 +1,254 @@
+"""Scoring Arrow batches with a SavedModel signature, one loaded model per Python worker.
+
+``score_batches`` is the ``mapInArrow`` function of ``TFModel.transform``: it
+keeps every input column and appends the outputs. Rows whose inputs are null
+are kept, with null outputs. Prediction post-processing (arg-max, probability
+vectors) is plain numpy in ``classify``.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+import os
+import tempfile
+import threading
+from typing import Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sparktf.runtime import feed, gpu, storage
+
+REGRESSION, BINARY, MULTICLASS = "regression", "binary", "multiclass"
+
+
+@dataclasses.dataclass(frozen=True)
+class InputBinding:
+    """A DataFrame column feeding one signature input."""
+
+    column: str
+    input_name: str
+    shape: tuple  # without the batch dimension; None entries are unknown
+    dtype: str
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputBinding:
+    """A signature output written to one column: 'scalar' or 'vector' per row."""
+
+    output_name: str
+    column: str
+    per_row: str
+    dtype: str
+
+
+@dataclasses.dataclass(frozen=True)
+class PredictionColumns:
+    """Where a model's single output goes as prediction / probability / rawPrediction."""
+
+    output_name: str
+    kind: str  # REGRESSION, BINARY or MULTICLASS
+    from_logits: bool
+    prediction: str
+    probability: str | None
+    raw: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class ScoreSpec:
+    """What the scoring tasks need, built on the driver."""
+
+    model_path: str
+    signature: str
+    batch_size: int
+    inputs: tuple[InputBinding, ...]
+    outputs: tuple[OutputBinding, ...] = ()
+    prediction: PredictionColumns | None = None
+    use_gpu: str | bool = "auto"
+
+
+class ModelCache:
+    """This Python worker's loaded signatures, least recently used evicted first.
+
+    Spark reuses Python workers across tasks and jobs, so a model is loaded once
+    per worker, not once per partition.
+    """
+
+    capacity = 4
+    _entries: collections.OrderedDict = collections.OrderedDict()
+    _lock = threading.Lock()
+
+    @classmethod
+    def get(cls, model_path: str, signature: str):
+        key = (model_path, signature)
+        with cls._lock:
+            if key in cls._entries:
+                cls._entries.move_to_end(key)
+                return cls._entries[key][1]
+        loaded = load_signature(model_path, signature)
+        with cls._lock:
+            cls._entries[key] = loaded
+            while len(cls._entries) > cls.capacity:
+                cls._entries.popitem(last=False)
+        return loaded[1]
+
+    @classmethod
+    def clear(cls) -> None:
+        with cls._lock:
+            cls._entries.clear()
+
+
+def load_signature(model_path: str, signature: str):
+    """(the loaded SavedModel, its concrete signature function); remote URIs copied locally."""
+    import tensorflow as tf
+
+    local = storage.get_dir(model_path, tempfile.mkdtemp(prefix="sparktf-model-"))
+    loaded = tf.saved_model.load(local)
+    if signature not in loaded.signatures:
+        raise KeyError(f"The SavedModel at {model_path} has no signature {signature!r}; it has "
+                       f"{sorted(loaded.signatures)}.")
+    return loaded, loaded.signatures[signature]
+
+
+def describe(model_path: str, signature: str) -> tuple[dict, dict]:
+    """Signature inputs and outputs: name -> (shape without batch, dtype name)."""
+    _, fn = load_signature(model_path, signature)
+
+    def spec(t):
+        return tuple(None if d is None else int(d) for d in t.shape[1:]), t.dtype.name
+
+    inputs = {k: spec(v) for k, v in fn.structured_input_signature[1].items()}
+    outputs = {k: spec(v) for k, v in fn.structured_outputs.items()}
+    return inputs, outputs
+
+
+def per_row_kind(shape: tuple) -> str:
+    """'scalar' when an output holds one value per row, else 'vector'."""
+    return "scalar" if len(shape) == 0 or (len(shape) == 1 and shape[0] == 1) else "vector"
+
+
+def classify(output: np.ndarray, kind: str, from_logits: bool):
+    """(prediction, probability or None, raw or None) for a model's output batch."""
+    out = output.reshape(len(output), -1).astype(np.float64)
+    if kind == REGRESSION:
+        return out[:, 0], None, None
+    if kind == BINARY:
+        p = 1.0 / (1.0 + np.exp(-out[:, 0])) if from_logits else out[:, 0]
+        probability = np.stack([1.0 - p, p], axis=1)
+        raw = np.stack([-out[:, 0], out[:, 0]], axis=1) if from_logits else probability
+        return (p > 0.5).astype(np.float64), probability, raw
+    if from_logits:
+        shifted = np.exp(out - out.max(axis=1, keepdims=True))
+        probability = shifted / shifted.sum(axis=1, keepdims=True)
+    else:
+        probability = out
+    return probability.argmax(axis=1).astype(np.float64), probability, out
+
+
+def _set_devices(use_gpu) -> None:
+    """Chooses this worker's GPUs before TensorFlow is first imported in it."""
+    import sys
+    if "tensorflow" in sys.modules:
+        return
+    from pyspark import TaskContext
+    context = TaskContext.get()
+    resource = context.resources().get("gpu") if context else None
+    assigned = list(resource.addresses) if resource is not None else []
+    os.environ["CUDA_VISIBLE_DEVICES"] = gpu.visible_devices(
+        assigned, use_gpu, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    os.environ["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def score_batches(spec: ScoreSpec, batches: Iterator[pa.RecordBatch]
+                  ) -> Iterator[pa.RecordBatch]:
+    """The ``mapInArrow`` function of ``TFModel.transform``."""
+    _set_devices(spec.use_gpu)
+    fn = None
+    for batch in batches:
+        if batch.num_rows and fn is None:
+            fn = ModelCache.get(spec.model_path, spec.signature)
+        outputs = run_model(fn, spec, batch) if batch.num_rows else {}
+        yield append_outputs(batch, spec, outputs)
+
+
+def valid_rows(batch: pa.RecordBatch, columns: Sequence[str]) -> np.ndarray:
+    """Rows whose input columns are all non-null."""
+    valid = np.ones(batch.num_rows, dtype=bool)
+    for name in columns:
+        valid &= ~batch.column(name).is_null().to_numpy(zero_copy_only=False)
+    return valid
+
+
+def run_model(fn, spec: ScoreSpec, batch: pa.RecordBatch) -> dict:
+    """Signature outputs (numpy, valid rows only) and the valid-row mask."""
+    import tensorflow as tf
+
+    valid = valid_rows(batch, [b.column for b in spec.inputs])
+    rows = batch.filter(pa.array(valid)) if not valid.all() else batch
+    arrays = {b.input_name: _shaped(feed.column_to_numpy(rows.column(b.column), b.column), b)
+              for b in spec.inputs}
+    results: dict[str, list] = collections.defaultdict(list)
+    for start in range(0, rows.num_rows, spec.batch_size):
+        call = {k: tf.constant(v[start:start + spec.batch_size]) for k, v in arrays.items()}
+        for name, value in fn(**call).items():
+            results[name].append(value.numpy())
+    merged = {k: np.concatenate(v) for k, v in results.items()}
+    return {"valid": valid, "values": merged}
+
+
+def _shaped(arr: np.ndarray, binding: InputBinding) -> np.ndarray:
+    shape = binding.shape
+    if shape and all(d is not None for d in shape) and arr.shape[1:] != shape:
+        if math.prod(shape) != math.prod(arr.shape[1:] or (1,)):
+            raise ValueError(f"Column '{binding.column}' has {math.prod(arr.shape[1:] or (1,))} "
+                             f"value(s) per row but input '{binding.input_name}' expects shape "
+                             f"{list(shape)}.")
+        arr = arr.reshape((len(arr),) + shape)
+    elif not shape and arr.ndim == 2 and arr.shape[1] == 1:
+        arr = arr[:, 0]
+    return arr.astype(binding.dtype, copy=False)
+
+
+def append_outputs(batch: pa.RecordBatch, spec: ScoreSpec, outputs: dict) -> pa.RecordBatch:
+    """The input batch with output columns appended (nulls where inputs were null)."""
+    n = batch.num_rows
+    valid = outputs.get("valid", np.zeros(n, dtype=bool))
+    values = outputs.get("values", {})
+    arrays, names = list(batch.columns), list(batch.schema.names)
+    for b in spec.outputs:
+        width = 1 if b.per_row == "scalar" else None
+        arrays.append(_column(values.get(b.output_name), valid, n, width, b.dtype))
+        names.append(b.column)
+    p = spec.prediction
+    if p is not None:
+        out = values.get(p.output_name)
+        prediction, probability, raw = (classify(out, p.kind, p.from_logits)
+                                        if out is not None else (None, None, None))
+        arrays.append(_column(prediction, valid, n, 1, "float64"))
+        names.append(p.prediction)
+        for column, value in ((p.probability, probability), (p.raw, raw)):
+            if column:
+                arrays.append(_column(value, valid, n, None, "float64"))
+                names.append(column)
+    return pa.RecordBatch.from_arrays(arrays, names=names)
+
+
+def _column(values, valid: np.ndarray, n: int, width: int | None, dtype: str) -> pa.Array:
+    """A column of ``n`` rows: ``values`` at the valid rows, null elsewhere."""
+    mask = pa.array(~valid)
+    if width == 1:
+        full = np.zeros(n, dtype=dtype)
+        if values is not None and valid.any():
+            full[valid] = np.asarray(values).reshape(int(valid.sum()), -1)[:, 0]
+        return pa.array(full, mask=~valid)
+    k = np.asarray(values).reshape(len(values), -1).shape[1] if values is not None and \
+        len(values) else 0
+    flat = np.zeros((n, k), dtype=dtype)
+    if values is not None and valid.any():
+        flat[valid] = np.asarray(values).reshape(int(valid.sum()), -1)
+    fixed = pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), k, mask=mask)
+    return pc.cast(fixed, pa.list_(pa.from_numpy_dtype(np.dtype(dtype))))

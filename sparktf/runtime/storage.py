@@ -1,0 +1,87 @@
+"""``modelDir`` URIs: local paths, ``file://`` and anything pyarrow's filesystems reach.
+
+TensorFlow writes to local directories; for other filesystems the files are
+written locally first and copied with ``pyarrow.fs`` (HDFS, S3, GCS, ...).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from urllib.parse import urlparse
+
+
+def is_local(uri: str) -> bool:
+    """Whether ``uri`` is a plain path or a ``file://`` URI."""
+    scheme = urlparse(uri).scheme
+    return scheme in ("", "file") or (len(scheme) == 1 and os.name == "nt")
+
+
+def local_path(uri: str) -> str:
+    """The filesystem path of a local ``uri``."""
+    return urlparse(uri).path if uri.startswith("file:") else uri
+
+
+def join(uri: str, *parts: str) -> str:
+    """``uri`` with path parts appended, keeping its scheme."""
+    return "/".join([uri.rstrip("/"), *parts])
+
+
+def _fs(uri: str):
+    from pyarrow import fs
+    return fs.FileSystem.from_uri(uri)
+
+
+def put_dir(local_dir: str, uri: str) -> None:
+    """Copies a local directory tree to ``uri``, replacing what is there."""
+    if is_local(uri):
+        target = local_path(uri)
+        if os.path.abspath(target) == os.path.abspath(local_dir):
+            return
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(local_dir, target)
+        return
+    from pyarrow import fs
+    filesystem, path = _fs(uri)
+    filesystem.delete_dir_contents(path, missing_dir_ok=True)
+    filesystem.create_dir(path, recursive=True)
+    fs.copy_files(local_dir, path, source_filesystem=fs.LocalFileSystem(),
+                  destination_filesystem=filesystem)
+
+
+def get_dir(uri: str, local_dir: str) -> str:
+    """A local directory holding the tree at ``uri`` (``uri`` itself when local)."""
+    if is_local(uri):
+        return local_path(uri)
+    from pyarrow import fs
+    filesystem, path = _fs(uri)
+    os.makedirs(local_dir, exist_ok=True)
+    fs.copy_files(path, local_dir, source_filesystem=filesystem,
+                  destination_filesystem=fs.LocalFileSystem())
+    return local_dir
+
+
+def exists(uri: str) -> bool:
+    """Whether something exists at ``uri``."""
+    if is_local(uri):
+        return os.path.exists(local_path(uri))
+    from pyarrow import fs
+    filesystem, path = _fs(uri)
+    return filesystem.get_file_info(path).type != fs.FileType.NotFound
+
+
+def check_writable(uri: str) -> None:
+    """Creates ``uri`` if needed and proves a file can be written there; raises OSError."""
+    probe = ".sparktf-write-probe"
+    if is_local(uri):
+        path = local_path(uri)
+        os.makedirs(path, exist_ok=True)
+        with open(os.path.join(path, probe), "w") as f:
+            f.write("ok")
+        os.remove(os.path.join(path, probe))
+        return
+    filesystem, path = _fs(uri)
+    filesystem.create_dir(path, recursive=True)
+    with filesystem.open_output_stream(f"{path}/{probe}") as f:
+        f.write(b"ok")
+    filesystem.delete_file(f"{path}/{probe}")

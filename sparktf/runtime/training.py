@@ -1,0 +1,185 @@
+"""The training task: what ``TFEstimator.fit`` runs on every worker.
+
+``train_main`` reads top to bottom: build the compiled model under the
+strategy, plan the steps every worker agrees on, run the epochs (train,
+validate, callbacks, progress), export. The step functions live in
+``keras_steps``; the data comes from the task's spilled shard (``feed``).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+import os
+import tempfile
+import time
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from sparktf.runtime import feed, keras_steps, storage
+
+EXPORT_DIR = "export"
+SAVED_MODEL = "saved_model"
+KERAS_FILE = "model.keras"
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainSpec:
+    """Everything the training task needs, frozen on the driver."""
+
+    model_fn: Callable[[dict], Any]
+    hparams: dict
+    feature_columns: tuple[str, ...]
+    label_column: str
+    epochs: int
+    batch_size: int
+    model_dir: str
+    shuffle: bool = True
+    seed: int = 0
+    has_validation: bool = False
+    callbacks: tuple = ()
+
+
+def plan_steps(all_rows: Sequence[int], global_batch: int) -> int:
+    """Steps per epoch so that every row is used once at about ``global_batch`` rows a step."""
+    return max(1, math.ceil(sum(all_rows) / global_batch))
+
+
+def step_weights(all_rows: Sequence[int], rank: int, steps: int) -> list[float]:
+    """This worker's share of each step's global batch (its loss weight in that step)."""
+    mine = feed.split_sizes(all_rows[rank], steps)
+    totals = np.sum([feed.split_sizes(n, steps) for n in all_rows], axis=0)
+    return [m / t if t else 0.0 for m, t in zip(mine, totals)]
+
+
+def train_main(spec: TrainSpec, ctx) -> dict | None:
+    """Trains on this task's shard in lockstep with the other workers; the chief reports."""
+    import tensorflow as tf
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    with strategy.scope():
+        model = spec.model_fn(dict(spec.hparams))
+        keras_steps.check_compiled(model)
+    loop = _EpochLoop(spec, ctx, strategy, model)
+    history = loop.fit()
+    exported, input_names = _export(model, spec, ctx)
+    if not ctx.isChief:
+        return None
+    kind, from_logits = keras_steps.prediction_kind(model)
+    return {"history": history, "export_dir": exported, "rows": int(sum(ctx.allNumRows)),
+            "input_mapping": dict(zip(spec.feature_columns, input_names)),
+            "prediction_kind": kind, "from_logits": from_logits}
+
+
+class _EpochLoop:
+    """Runs the epochs: train steps, metric aggregation, validation, callbacks, progress."""
+
+    def __init__(self, spec: TrainSpec, ctx, strategy, model):
+        self.spec, self.ctx, self.strategy, self.model = spec, ctx, strategy, model
+        self.specs = keras_steps.input_specs(model)
+        self.train_step, self.eval_step = keras_steps.make_steps(strategy, model)
+        self.steps = plan_steps(ctx.allNumRows, spec.batch_size)
+        replicas = keras_steps.replicas_per_worker(strategy)
+        self.weights = [w / replicas for w in step_weights(ctx.allNumRows, ctx.rank,
+                                                           self.steps)]
+        self.val_steps = (plan_steps(ctx.allValidationRows, spec.batch_size)
+                          if spec.has_validation else 0)
+        self.callbacks = _callback_list(spec.callbacks, model, spec.epochs, self.steps)
+
+    def fit(self) -> dict[str, list[float]]:
+        history: dict[str, list[float]] = collections.defaultdict(list)
+        self.callbacks.on_train_begin()
+        for epoch in range(self.spec.epochs):
+            started = time.monotonic()
+            self.callbacks.on_epoch_begin(epoch)
+            logs = self._train_epoch(epoch)
+            if self.val_steps:
+                logs.update(self._validate())
+            self.callbacks.on_epoch_end(epoch, logs)
+            for key, value in logs.items():
+                history[key].append(value)
+            self._report(epoch, logs, time.monotonic() - started)
+            if getattr(self.model, "stop_training", False):
+                break
+        self.callbacks.on_train_end(dict((k, v[-1]) for k, v in history.items()))
+        return dict(history)
+
+    def _batches(self, shard, steps, seed):
+        names = list(self.spec.feature_columns) + [self.spec.label_column]
+        for batch in feed.step_batches(shard, steps, names, seed):
+            features = [batch[c] for c in self.spec.feature_columns]
+            yield features, batch[self.spec.label_column]
+
+    def _train_epoch(self, epoch: int) -> dict[str, float]:
+        import tensorflow as tf
+
+        self.model.reset_metrics()
+        seed = self.spec.seed * 1_000_003 + epoch if self.spec.shuffle else None
+        loss_sum, rows = 0.0, 0
+        for step, (features, label) in enumerate(self._batches(self.ctx.shard, self.steps,
+                                                               seed)):
+            if step == 0 and epoch == 0:
+                keras_steps.check_input_widths(features, self.specs, self.spec.feature_columns)
+            self.callbacks.on_train_batch_begin(step)
+            x = keras_steps.to_model_inputs(features, self.specs)
+            out = self.train_step(x, label, tf.constant(self.weights[step], tf.float32))
+            n = len(label)
+            loss_sum += keras_steps.local_value(self.strategy, out) * n
+            rows += n
+            self.callbacks.on_train_batch_end(step)
+        total_loss, total_rows = keras_steps.all_sum(self.strategy, [loss_sum, rows])
+        return {"loss": float(total_loss / max(total_rows, 1)),
+                **keras_steps.metric_results(self.model)}
+
+    def _validate(self) -> dict[str, float]:
+        self.model.reset_metrics()
+        loss_sum, rows = 0.0, 0
+        for features, label in self._batches(self.ctx.validationShard, self.val_steps, None):
+            out = self.eval_step(keras_steps.to_model_inputs(features, self.specs), label)
+            loss_sum += keras_steps.local_value(self.strategy, out) * len(label)
+            rows += len(label)
+        total_loss, total_rows = keras_steps.all_sum(self.strategy, [loss_sum, rows])
+        return {"val_loss": float(total_loss / max(total_rows, 1)),
+                **keras_steps.metric_results(self.model, prefix="val_")}
+
+    def _report(self, epoch: int, logs: dict, seconds: float) -> None:
+        if self.ctx.rank == 0:
+            rows = sum(self.ctx.allNumRows)
+            self.ctx.emit("epoch", epoch=epoch + 1, epochs=self.spec.epochs, logs=logs,
+                          seconds=seconds, rows_per_s=rows / seconds if seconds else 0.0)
+
+
+def _callback_list(callbacks, model, epochs: int, steps: int):
+    import keras
+
+    return keras.callbacks.CallbackList(list(callbacks), add_history=False,
+                                        add_progbar=False, model=model, epochs=epochs,
+                                        steps=steps, verbose=0)
+
+
+def _export(model, spec: TrainSpec, ctx) -> tuple[str, list[str]]:
+    """Every worker exports (the chief's copy is kept): SavedModel for serving, .keras file.
+
+    Returns the export URI and the serving signature's input names in model-input order.
+    """
+    import tensorflow as tf
+
+    target = storage.join(spec.model_dir, EXPORT_DIR)
+    with tempfile.TemporaryDirectory(prefix="sparktf-export-") as local:
+        model.export(os.path.join(local, SAVED_MODEL), verbose=False)
+        model.save(os.path.join(local, KERAS_FILE))
+        signature = tf.saved_model.load(os.path.join(local, SAVED_MODEL)).signatures[
+            "serving_default"]
+        names = list(signature.structured_input_signature[1])
+        if ctx.isChief:
+            storage.put_dir(local, target)
+    return target, _order_inputs(names, [getattr(t, "name", "") for t in model.inputs])
+
+
+def _order_inputs(signature_names: list[str], model_names: list[str]) -> list[str]:
+    """Signature input names in the model's input order (matched by name when possible)."""
+    if len(signature_names) == 1 or set(model_names) != set(signature_names):
+        return sorted(signature_names)
+    return list(model_names)
