@@ -104,13 +104,17 @@ def validate_launch(num_workers, num_ps, use_gpu, timeout) -> None:
                                 f"Received: timeout={timeout!r}")
 
 
-def pickle_main(main_fn, args) -> bytes:
-    """``(main_fn, args)`` pickled for the tasks; an error that names what failed to pickle."""
+def pickle_main(main_fn, args, by_value: Sequence[Any] = ()) -> bytes:
+    """``(main_fn, args)`` pickled for the tasks; an error that names what failed to pickle.
+
+    ``main_fn`` and the objects in ``by_value`` (e.g. a modelFn, callbacks) have their
+    modules pickled by value when those are the user's own, not installed packages.
+    """
     if not callable(main_fn):
         raise InvalidInputError(f"main_fn must be callable as main_fn(args, ctx). "
                                 f"Received: main_fn={main_fn!r}")
     try:
-        with _by_value(main_fn):
+        with _by_value([main_fn, *by_value]):
             return cloudpickle.dumps((main_fn, args))
     except Exception as e:
         raise InvalidInputError(
@@ -124,26 +128,33 @@ def _installed_roots() -> tuple[str, ...]:
     return tuple({paths["purelib"], paths["platlib"], paths["stdlib"]})
 
 
+def _own_module(obj):
+    """The module defining ``obj`` (or its class) if it is the user's own, else None."""
+    name = getattr(obj, "__module__", None) or type(obj).__module__
+    module = sys.modules.get(name or "")
+    path = getattr(module, "__file__", None)
+    if (module is None or path is None or module.__name__ == "__main__"
+            or module.__name__.startswith(("sparktf", "pyspark"))
+            or path.startswith(_installed_roots())):
+        return None
+    return module
+
+
 @contextlib.contextmanager
-def _by_value(fn):
-    """Pickles ``fn``'s module by value when it is the user's own, not an installed one.
+def _by_value(objects: Sequence[Any]):
+    """Pickles the user's own modules of ``objects`` by value while the block runs.
 
     A function from a script's or notebook's neighbouring module would otherwise be
     pickled by reference and fail to import on the executors.
     """
-    module = sys.modules.get(getattr(fn, "__module__", None) or "")
-    path = getattr(module, "__file__", None)
-    own = (module is not None and path is not None and module.__name__ != "__main__"
-           and not module.__name__.startswith(("sparktf", "pyspark"))
-           and not path.startswith(_installed_roots()))
-    if not own:
-        yield
-        return
-    cloudpickle.register_pickle_by_value(module)
+    modules = {m.__name__: m for m in map(_own_module, objects) if m is not None}
+    for module in modules.values():
+        cloudpickle.register_pickle_by_value(module)
     try:
         yield
     finally:
-        cloudpickle.unregister_pickle_by_value(module)
+        for module in modules.values():
+            cloudpickle.unregister_pickle_by_value(module)
 
 
 def launch(spark, payload: bytes, *, num_workers: int, num_ps: int = 0, df=None,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import tempfile
 
-import cloudpickle
 from pyspark import keyword_only
 from pyspark.ml import Estimator
 from pyspark.sql import DataFrame
@@ -80,11 +79,13 @@ class TFEstimator(Estimator, _TFEstimatorParams):
         self._validate(dataset)
         model_dir = self._model_dir(dataset.sparkSession.sparkContext.master)
         spec = self._train_spec(model_dir)
+        payload = launcher.pickle_main(training.train_main, spec,
+                                       by_value=[spec.model_fn, *spec.callbacks])
         frame, columns, split = self._training_frame(dataset)
         progress = EpochProgress()
         try:
             results = launcher.launch(
-                dataset.sparkSession, cloudpickle.dumps((training.train_main, spec)),
+                dataset.sparkSession, payload,
                 num_workers=self.getNumWorkers(), num_ps=self.getNumPs(), df=frame,
                 columns=columns, split_column=split, use_gpu=self.getUseGpu(),
                 model_dir=model_dir, on_event=progress, what="TFEstimator.fit")
@@ -110,7 +111,6 @@ class TFEstimator(Estimator, _TFEstimatorParams):
                                     f"validationFraction={self.getValidationFraction()}")
         if self.isSet(self.validationCol):
             schema.check_feedable(dataset.schema, [self.getValidationCol()], "validation")
-        launcher.pickle_main(self.getModelFn(), self.getCallbacks())
 
     def _model_dir(self, master: str) -> str:
         if self.isSet(self.modelDir):

@@ -26,12 +26,18 @@ class EpochProgress:
         self.epochs_seen = 0
 
     def __call__(self, event: dict) -> None:
+        if event.get("kind") == "stats":
+            logger.info("sparktf: rank %s (%s) trained on %s rows; peak memory: feeder %.0f MB,"
+                        " TensorFlow process %.0f MB", event.get("rank"), event.get("role"),
+                        event.get("rows"), event.get("feeder_peak_rss_mb", 0.0),
+                        event.get("task_peak_rss_mb", 0.0), extra={"sparktf_stats": event})
+            return
         if event.get("kind") != "epoch":
             return
         self.epochs_seen += 1
         epoch, epochs = int(event["epoch"]), int(event["epochs"])
         text = (f"epoch {epoch}/{epochs} {format_logs(event.get('logs', {}))} "
-                f"{event.get('rows_per_s', 0.0):,.0f} rows/s")
+                f"({event.get('rows', 0)} rows, {event.get('rows_per_s', 0.0):,.0f} rows/s)")
         if self.terminal:
             done = BAR_WIDTH * epoch // max(epochs, 1)
             bar = "#" * done + "." * (BAR_WIDTH - done)

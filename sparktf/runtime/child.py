@@ -4,8 +4,8 @@ A fresh process per task, because a TensorFlow gRPC server cannot be stopped
 inside a process: running in Spark's reused Python worker would leave servers
 and ports behind after every job. The parent task starts this with
 ``python -m sparktf.runtime.child PAYLOAD RESULT`` and TF_CONFIG in the
-environment; this process writes ``("ok", value)`` or ``("error", info)`` to
-RESULT, pickled, then announces DONE_LINE and waits until the parent closes its
+environment; this process writes ``("ok", value, peak_kb)`` or ``("error", info, peak_kb)`` to
+RESULT, pickled, with its peak RSS, then announces DONE_LINE and waits until the parent closes its
 stdin: the parents release their children only after a barrier, so worker 0
 (which hosts TensorFlow's coordination service) never exits while a peer still
 needs it.
@@ -14,6 +14,7 @@ needs it.
 from __future__ import annotations
 
 import os
+import resource
 import sys
 import traceback
 
@@ -36,14 +37,15 @@ def _run(payload_path: str) -> tuple[str, object]:
 def main(argv: list[str]) -> int:
     payload_path, result_path = argv
     status, value = _run(payload_path)
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     try:
-        blob = cloudpickle.dumps((status, value))
+        blob = cloudpickle.dumps((status, value, peak_kb))
     except Exception as e:
         status = "error"
         blob = cloudpickle.dumps((status, {
             "message": f"main_fn returned a value that cannot be pickled: "
                        f"{type(e).__name__}: {e}. Return plain Python data.",
-            "traceback": traceback.format_exc()}))
+            "traceback": traceback.format_exc()}, peak_kb))
     with open(result_path, "wb") as f:
         f.write(blob)
     code = 0 if status == "ok" else 1

@@ -77,7 +77,8 @@ class TaskContext:
         Each element maps a column name to a batch of ``batch_size`` rows (the
         last one may be smaller): vectors and arrays as float32 ``[batch, width]``,
         numbers as float32 or int64 ``[batch]``. Rows come from a local,
-        memory-mapped Arrow file, so the dataset can be iterated once per epoch.
+        Arrow file read one record batch at a time, so the dataset can be iterated
+        once per epoch with bounded memory.
         With ``shuffle``, chunk order and rows within chunks change every pass.
         """
         import tensorflow as tf
@@ -93,12 +94,12 @@ class TaskContext:
         passes = iter(range(sys.maxsize))
 
         def chunks():
-            chunk_iter = feed.read_chunks(shard, names)
-            if shuffle:
-                import numpy as np
-                rng = np.random.default_rng(None if seed is None else seed + next(passes))
-                chunk_iter = feed._shuffled(list(chunk_iter), rng)
-            yield from chunk_iter
+            if not shuffle:
+                return feed.read_chunks(shard, names)
+            import numpy as np
+            pass_seed = (int(np.random.SeedSequence().entropy % 2**31) if seed is None
+                         else seed + next(passes))
+            return feed.shuffled_chunks(shard, names, pass_seed)
 
         ds = tf.data.Dataset.from_generator(chunks, output_signature=signature)
         return ds.rebatch(batch_size).prefetch(tf.data.AUTOTUNE)

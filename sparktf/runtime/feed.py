@@ -3,8 +3,10 @@
 The barrier task receives its partition as Arrow record batches. Each batch is
 normalised (vectors and arrays to fixed-width float32 lists, numbers to
 float32/int64) and appended to an Arrow IPC file on local disk, so Python holds
-one batch at a time whatever the partition's size. Epochs then read the file
-through a memory map: zero-copy, and the page cache decides what stays in RAM.
+one batch at a time whatever the partition's size. Epochs read the file back
+one record batch at a time (in a shuffled order when asked): resident memory
+stays about one batch, and the page cache keeps hot data without counting
+against the process.
 """
 
 from __future__ import annotations
@@ -148,7 +150,7 @@ class _ShardWriter:
             self._writer = pa.ipc.new_file(
                 self.path, pa.schema([(c, pa.float32()) for c in self.columns]))
         self._writer.close()
-        schema = pa.ipc.open_file(pa.memory_map(self.path)).schema
+        schema = self._schema or pa.schema([(c, pa.float32()) for c in self.columns])
         widths = tuple(t.list_size if pa.types.is_fixed_size_list(t) else 0
                        for t in schema.types)
         return Shard(path=self.path, columns=self.columns, widths=widths, num_rows=self.rows)
@@ -184,14 +186,24 @@ def _schema_mismatch(first: pa.Schema, later: pa.Schema) -> str:
     return f"Batch schema changed from {first} to {later}"
 
 
-def read_chunks(shard: Shard, columns: Sequence[str] | None = None
-                ) -> Iterator[dict[str, np.ndarray]]:
-    """The shard's record batches as dicts of numpy arrays, read through a memory map."""
+def num_chunks(shard: Shard) -> int:
+    """How many record batches the shard's file holds."""
+    with pa.OSFile(shard.path) as f:
+        return pa.ipc.open_file(f).num_record_batches
+
+
+def read_chunks(shard: Shard, columns: Sequence[str] | None = None,
+                order: Sequence[int] | None = None) -> Iterator[dict[str, np.ndarray]]:
+    """The shard's record batches (in ``order`` if given) as dicts of numpy arrays.
+
+    Each batch is read from the file when it is needed and freed when dropped.
+    """
     names = list(columns or shard.columns)
-    reader = pa.ipc.open_file(pa.memory_map(shard.path))
-    for i in range(reader.num_record_batches):
-        batch = reader.get_batch(i)
-        yield {name: _column_view(batch.column(name)) for name in names}
+    with pa.OSFile(shard.path) as f:
+        reader = pa.ipc.open_file(f)
+        for i in (range(reader.num_record_batches) if order is None else order):
+            batch = reader.get_batch(int(i))
+            yield {name: _column_view(batch.column(name)) for name in names}
 
 
 def _column_view(arr: pa.Array) -> np.ndarray:
@@ -210,9 +222,7 @@ def step_batches(shard: Shard, steps: int, columns: Sequence[str] | None = None,
     each chunk are shuffled.
     """
     sizes = split_sizes(shard.num_rows, steps)
-    chunks = read_chunks(shard, columns)
-    if seed is not None:
-        chunks = _shuffled(list(chunks), np.random.default_rng(seed))
+    chunks = shuffled_chunks(shard, columns, seed)
     pending: list[dict[str, np.ndarray]] = []
     held = 0
     names = list(columns or shard.columns)
@@ -253,7 +263,8 @@ def _take(pending, size, names, held):
 
 def empty_batch(shard: Shard, names: Sequence[str]) -> dict[str, np.ndarray]:
     """A zero-row batch with the shard's column shapes and dtypes."""
-    schema = pa.ipc.open_file(pa.memory_map(shard.path)).schema
+    with pa.OSFile(shard.path) as f:
+        schema = pa.ipc.open_file(f).schema
     out = {}
     for name in names:
         t = schema.field(name).type
@@ -264,11 +275,16 @@ def empty_batch(shard: Shard, names: Sequence[str]) -> dict[str, np.ndarray]:
     return out
 
 
-def _shuffled(chunks, rng):
-    for i in rng.permutation(len(chunks)):
-        chunk = chunks[i]
-        order = rng.permutation(len(next(iter(chunk.values()))))
-        yield {name: values[order] for name, values in chunk.items()}
+def shuffled_chunks(shard: Shard, columns: Sequence[str] | None = None,
+                    seed: int | None = None) -> Iterator[dict[str, np.ndarray]]:
+    """The shard's chunks; with a ``seed``, in a random order with rows permuted within."""
+    if seed is None:
+        yield from read_chunks(shard, columns)
+        return
+    rng = np.random.default_rng(seed)
+    for chunk in read_chunks(shard, columns, rng.permutation(num_chunks(shard))):
+        rows = rng.permutation(len(next(iter(chunk.values()))))
+        yield {name: values[rows] for name, values in chunk.items()}
 
 
 def split_sizes(rows: int, steps: int) -> list[int]:

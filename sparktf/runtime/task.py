@@ -62,6 +62,7 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
 
     barrier = BarrierTaskContext.get()
     rank = barrier.partitionId()
+    _reset_peak_rss()
     roles = cluster.assign_roles(spec.num_workers, spec.num_ps)
     role = roles[rank]
     with EventClient(spec.event_address, spec.event_secret, rank) as events, \
@@ -88,7 +89,10 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
                           allValidationRows=tuple(g["validation_rows"] for g in gathered),
                           gpus=devices)
         env = _child_env(spec, ctx, role, devices)
-        status, value, tail = _run_child(spec, ctx, env, workdir, events, barrier)
+        status, value, tail, child_kb = _run_child(spec, ctx, env, workdir, events, barrier)
+        events.send({"kind": "stats", "role": str(role), "rows": ctx.numRows,
+                     "feeder_peak_rss_mb": _peak_rss_kb() / 1024,
+                     "task_peak_rss_mb": child_kb / 1024})
         if status != "ok":
             _fail(events, rank, role, value["message"], value.get("traceback", ""), tail)
         yield pa.RecordBatch.from_arrays([pa.array([rank], pa.int32()), pa.array([value],
@@ -150,12 +154,35 @@ def _run_child(spec, ctx, env, workdir, events, barrier):
     log_tail = "\n".join(tail)
     if not os.path.exists(result_path):
         return "error", {"message": f"the task's process exited with code {code} before "
-                                    "reporting a result (killed, or out of memory?)"}, log_tail
+                                    "reporting a result (killed, or out of memory?)"}, \
+            log_tail, 0
     with open(result_path, "rb") as f:
-        status, value = cloudpickle.load(f)
+        status, value, peak_kb = cloudpickle.load(f)
     if status == "ok":
-        return status, cloudpickle.dumps(value), log_tail
-    return status, value, log_tail
+        return status, cloudpickle.dumps(value), log_tail, peak_kb
+    return status, value, log_tail, peak_kb
+
+
+def _reset_peak_rss() -> None:
+    """Resets this (reused) Python worker's peak RSS so stats describe this task only."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+def _peak_rss_kb() -> int:
+    """This process's peak RSS since the last reset (VmHWM), in KiB."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 def _format_exc() -> str:

@@ -87,6 +87,7 @@ class _EpochLoop:
         self.val_steps = (plan_steps(ctx.allValidationRows, spec.batch_size)
                           if spec.has_validation else 0)
         self.callbacks = _callback_list(spec.callbacks, model, spec.epochs, self.steps)
+        self.rows_trained = 0
 
     def fit(self) -> dict[str, list[float]]:
         history: dict[str, list[float]] = collections.defaultdict(list)
@@ -130,6 +131,7 @@ class _EpochLoop:
             rows += n
             self.callbacks.on_train_batch_end(step)
         total_loss, total_rows = keras_steps.all_sum(self.strategy, [loss_sum, rows])
+        self.rows_trained = int(total_rows)
         return {"loss": float(total_loss / max(total_rows, 1)),
                 **keras_steps.metric_results(self.model)}
 
@@ -146,9 +148,9 @@ class _EpochLoop:
 
     def _report(self, epoch: int, logs: dict, seconds: float) -> None:
         if self.ctx.rank == 0:
-            rows = sum(self.ctx.allNumRows)
+            rows = self.rows_trained
             self.ctx.emit("epoch", epoch=epoch + 1, epochs=self.spec.epochs, logs=logs,
-                          seconds=seconds, rows_per_s=rows / seconds if seconds else 0.0)
+                          rows=rows, seconds=seconds, rows_per_s=rows / seconds if seconds else 0.0)
 
 
 def _callback_list(callbacks, model, epochs: int, steps: int):

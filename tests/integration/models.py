@@ -1,0 +1,31 @@
+"""Model builders shared by the integration tests (shipped to executors by value)."""
+
+
+def linear(hparams):
+    import keras
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((hparams.get("width", 3),)), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.Adam(hparams["learningRate"]), loss="mse",
+                  metrics=["mae"])
+    return model
+
+
+def digits_mlp(hparams):
+    import keras
+    keras.utils.set_random_seed(hparams.get("init_seed", 0))
+    model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(64, activation="relu"),
+                              keras.layers.Dense(10, activation="softmax")])
+    model.compile(optimizer=keras.optimizers.Adam(hparams["learningRate"]),
+                  loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    return model
+
+
+def two_inputs(hparams):
+    import keras
+    keras.utils.set_random_seed(0)
+    a = keras.Input((2,), name="a")
+    b = keras.Input((1,), name="b")
+    out = keras.layers.Dense(1)(keras.layers.Concatenate()([a, b]))
+    model = keras.Model([a, b], out)
+    model.compile(optimizer=keras.optimizers.Adam(hparams["learningRate"]), loss="mse")
+    return model

@@ -1,0 +1,136 @@
+"""TFEstimator.fit on a real local-cluster Spark with real TensorFlow."""
+
+import json
+import logging
+import os
+import re
+
+import numpy as np
+import pytest
+from pyspark.ml.evaluation import MulticlassClassificationEvaluator
+from pyspark.ml.feature import OneHotEncoder, VectorAssembler
+from pyspark.ml.functions import array_to_vector
+
+import keras
+from sparktf.ml import TFEstimator, TFModel
+from tests.integration import data, models
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def _epoch_rows(caplog):
+    return [int(m.group(1)) for r in caplog.records
+            for m in [re.search(r"epoch \d+/\d+ .*\((\d+) rows", r.getMessage())] if m]
+
+
+def test_regression_from_vectors_converges_to_known_coefficients(spark, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="sparktf")
+    X, y = data.linear_rows(2000)
+    df = spark.createDataFrame(data.rows(X, y), "x array<double>, label double")
+    df = df.withColumn("features", array_to_vector("x")).repartition(3)
+    est = TFEstimator(modelFn=models.linear, numWorkers=2, epochs=40, batchSize=64,
+                      learningRate=0.05, modelDir=str(tmp_path / "m"))
+    model = est.fit(df)
+    assert isinstance(model, TFModel)
+    kernel, bias = keras.saving.load_model(tmp_path / "m" / "export" / "model.keras").get_weights()
+    np.testing.assert_allclose(kernel[:, 0], data.COEFFICIENTS, atol=0.05)
+    assert abs(bias[0] - data.INTERCEPT) < 0.05
+    history = model.getHistory()
+    assert set(history) == {"loss", "mae"} and len(history["loss"]) == 40
+    assert history["loss"][-1] < history["loss"][0] / 100
+    assert _epoch_rows(caplog) == [2000] * 40  # every row, every epoch
+    assert os.path.isdir(tmp_path / "m" / "export" / "saved_model")
+
+
+def test_digits_accuracy_matches_single_process_training(spark):
+    Xtr, Xte, ytr, yte = data.digits_split()
+    train = spark.createDataFrame([(x.tolist(), int(t)) for x, t in zip(Xtr, ytr)],
+                                  "features array<float>, label long")
+    test = spark.createDataFrame([(x.tolist(), int(t)) for x, t in zip(Xte, yte)],
+                                 "features array<float>, label long")
+    hp = {"learningRate": 3e-3}
+    est = TFEstimator(modelFn=models.digits_mlp, numWorkers=2, epochs=25, batchSize=64,
+                      learningRate=hp["learningRate"], seed=3)
+    model = est.fit(train)
+    scored = model.transform(test)
+    distributed = MulticlassClassificationEvaluator(metricName="accuracy").evaluate(scored)
+
+    single = models.digits_mlp(hp)
+    single.fit(Xtr, ytr, epochs=25, batch_size=64, verbose=0)
+    baseline = float((single.predict(Xte, verbose=0).argmax(1) == yte).mean())
+    assert baseline > 0.95
+    assert abs(distributed - baseline) <= 0.01, (distributed, baseline)
+    assert scored.columns == ["features", "label", "prediction", "probability",
+                              "rawPrediction"]
+
+
+def test_sparse_vectors_arrays_and_validation_metrics(spark):
+    rng = np.random.default_rng(1)
+    cats = rng.integers(0, 3, 600)
+    values = rng.normal(size=600)
+    label = values * 2 + np.array([0.0, 1.0, -1.0])[cats]
+    df = spark.createDataFrame([(int(c), float(v), float(t)) for c, v, t in
+                                zip(cats, values, label)], "cat long, v double, label double")
+    onehot = OneHotEncoder(inputCols=["cat"], outputCols=["cat_vec"], dropLast=False).fit(df)
+    df = VectorAssembler(inputCols=["cat_vec", "v"], outputCol="features").transform(
+        onehot.transform(df))  # sparse rows from the encoder, dense or sparse after assembly
+    est = TFEstimator(modelFn=models.linear, hyperParams={"width": 4}, numWorkers=2,
+                      epochs=30, batchSize=32, learningRate=0.05, validationFraction=0.2,
+                      seed=5)
+    history = est.fit(df).getHistory()
+    assert set(history) == {"loss", "mae", "val_loss", "val_mae"}
+    assert history["val_loss"][-1] < 0.05
+
+
+def test_multi_input_model_with_input_cols(spark):
+    X, y = data.linear_rows(800)
+    df = spark.createDataFrame([([float(a), float(b)], float(c), float(t))
+                                for (a, b, c), t in zip(X, y)],
+                               "ab array<double>, c double, label double")
+    est = TFEstimator(modelFn=models.two_inputs, inputCols=["ab", "c"], numWorkers=2,
+                      epochs=40, batchSize=32, learningRate=0.05)
+    model = est.fit(df)
+    assert model.getInputMapping() == {"ab": "a", "c": "b"}
+    scored = model.transform(df).select("label", "prediction").toPandas()
+    np.testing.assert_allclose(scored["prediction"], scored["label"], atol=0.1)
+
+
+def test_ten_to_one_partition_skew_uses_every_row(spark, caplog):
+    caplog.set_level(logging.INFO, logger="sparktf")
+    X, y = data.linear_rows(1100, seed=2)
+    skewed = spark.createDataFrame([(x.tolist(), float(t)) for x, t in zip(X, y)],
+                                   "features array<double>, label double")
+    skewed = skewed.rdd.zipWithIndex().map(lambda r: (int(r[1] >= 1000), r[0])) \
+        .partitionBy(2, lambda k: k).values().toDF(skewed.schema)
+    sizes = skewed.rdd.glom().map(len).collect()
+    assert sizes == [1000, 100]
+    est = TFEstimator(modelFn=models.linear, numWorkers=2, epochs=30, batchSize=50,
+                      learningRate=0.05)
+    model = est.fit(skewed)
+    assert _epoch_rows(caplog) == [1100] * 30
+    assert model.getHistory()["loss"][-1] < 0.01
+
+
+class RecordEpochs(keras.callbacks.Callback):
+    """Writes one file per (rank, epoch) into a shared folder."""
+
+    def __init__(self, folder):
+        super().__init__()
+        self.folder = folder
+
+    def on_epoch_end(self, epoch, logs=None):
+        rank = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+        with open(os.path.join(self.folder, f"rank{rank}-epoch{epoch}.json"), "w") as f:
+            json.dump(logs, f)
+
+
+def test_callbacks_get_epoch_hooks_on_every_worker(spark, tmp_path):
+    X, y = data.linear_rows(400)
+    df = spark.createDataFrame(data.rows(X, y), "features array<double>, label double")
+    est = TFEstimator(modelFn=models.linear, numWorkers=2, epochs=3, batchSize=32,
+                      callbacks=[RecordEpochs(str(tmp_path))])
+    history = est.fit(df).getHistory()
+    files = sorted(os.listdir(tmp_path))
+    assert files == [f"rank{r}-epoch{e}.json" for r in (0, 1) for e in range(3)]
+    with open(tmp_path / "rank1-epoch2.json") as f:
+        assert json.load(f)["loss"] == pytest.approx(history["loss"][2])
