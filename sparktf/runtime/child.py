@@ -2,13 +2,19 @@
 
 A fresh process per task, because a TensorFlow gRPC server cannot be stopped
 inside a process: running in Spark's reused Python worker would leave servers
-and ports behind after every job. The parent task starts this with
-``python -m sparktf.runtime.child PAYLOAD RESULT`` and TF_CONFIG in the
-environment; this process writes ``("ok", value, peak_kb)`` or ``("error", info, peak_kb)`` to
-RESULT, pickled, with its peak RSS, then announces DONE_LINE and waits until the parent closes its
-stdin: the parents release their children only after a barrier, so worker 0
-(which hosts TensorFlow's coordination service) never exits while a peer still
-needs it.
+and ports behind after every job.
+
+Protocol with the parent task (``sparktf.runtime.task``), which starts this as
+``python -m sparktf.runtime.child RESULT``:
+
+1. import TensorFlow at once, while the parent is still receiving the data;
+2. read one line from stdin: the path of the payload, ``(payload, ctx, env)``
+   pickled (EOF instead means the parent gave up: exit quietly);
+3. put ``env`` (TF_CONFIG) into the environment and run ``main_fn(args, ctx)``;
+4. write ``(status, value or error info, peak RSS KiB)`` to RESULT;
+5. on success print DONE_LINE and wait until the parent closes stdin: parents
+   release their children only after a barrier, so worker 0 (which hosts
+   TensorFlow's coordination service) never exits while a peer still needs it.
 """
 
 from __future__ import annotations
@@ -23,10 +29,18 @@ import cloudpickle
 from sparktf.runtime.context import DONE_LINE
 
 
+def _preimport() -> None:
+    try:
+        import tensorflow  # noqa: F401  (overlaps TF's import with the data transfer)
+    except ImportError:
+        pass  # main_fn may not need TensorFlow; its own import error will say so
+
+
 def _run(payload_path: str) -> tuple[str, object]:
     try:
         with open(payload_path, "rb") as f:
-            payload, ctx = cloudpickle.load(f)
+            payload, ctx, env = cloudpickle.load(f)
+        os.environ.update(env)
         main_fn, args = cloudpickle.loads(payload)
         return "ok", main_fn(args, ctx)
     except BaseException as e:  # everything, including SystemExit from user code
@@ -34,8 +48,12 @@ def _run(payload_path: str) -> tuple[str, object]:
                          "traceback": traceback.format_exc()}
 
 
-def main(argv: list[str]) -> int:
-    payload_path, result_path = argv
+def main(argv: list[str]) -> None:
+    (result_path,) = argv
+    _preimport()
+    payload_path = sys.stdin.readline().strip()
+    if not payload_path:
+        os._exit(0)
     status, value = _run(payload_path)
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     try:
@@ -48,14 +66,13 @@ def main(argv: list[str]) -> int:
             "traceback": traceback.format_exc()}, peak_kb))
     with open(result_path, "wb") as f:
         f.write(blob)
-    code = 0 if status == "ok" else 1
-    if code == 0:
+    if status == "ok":
         print(DONE_LINE, flush=True)
         sys.stdin.read()  # returns when the parent releases us (or dies)
     sys.stdout.flush()
     sys.stderr.flush()
     # TensorFlow's gRPC threads can keep a normal interpreter shutdown waiting.
-    os._exit(code)
+    os._exit(0 if status == "ok" else 1)
 
 
 if __name__ == "__main__":

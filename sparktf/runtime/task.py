@@ -1,8 +1,9 @@
 """One barrier task: receive the partition, form the cluster, run ``main_fn`` in a child.
 
-The orchestrator reads top to bottom: spill the partition to local disk, choose
-a port, ``allGather`` addresses and row counts, derive roles and TF_CONFIG,
-start the child process, relay its output to the driver, release it after a
+The orchestrator reads top to bottom: start the child process (it imports
+TensorFlow while the data streams in), spill the partition to local disk, choose
+a port, ``allGather`` addresses and row counts, derive roles and TF_CONFIG, hand
+the child its payload, relay its output to the driver, release it after a
 barrier, and return its pickled result. Every wait is the barrier channel or a
 blocking read of the child's output; the child dies with this process.
 """
@@ -19,6 +20,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import traceback
 from typing import Iterator
 
 import cloudpickle
@@ -36,7 +38,8 @@ PORT_CONFLICT_PREFIX = "sparktf-port-conflict: "
 # the driver, where they would bury the user's own lines.
 _TF_NOISE = re.compile(r"oneDNN custom operations|cudart_stub|cuda_platform\.cc|cuInit|"
                        r"absl::InitializeLog|computation_placer|Could not find cuda drivers|"
-                       r"TF-TRT Warning|cuda_(?:dnn|fft|blas)\.cc|rebuild TensorFlow with")
+                       r"TF-TRT Warning|cuda_(?:dnn|fft|blas)\.cc|rebuild TensorFlow with|"
+                       r"cpu_feature_guard|AVX512_VNNI|in other operations, rebuild")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,56 +66,55 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     barrier = BarrierTaskContext.get()
     rank = barrier.partitionId()
     _reset_peak_rss()
-    roles = cluster.assign_roles(spec.num_workers, spec.num_ps)
-    role = roles[rank]
+    role = cluster.assign_roles(spec.num_workers, spec.num_ps)[rank]
     with EventClient(spec.event_address, spec.event_secret, rank) as events, \
             tempfile.TemporaryDirectory(prefix=f"sparktf-rank{rank}-") as workdir:
         try:
-            shard, held_out = (feed.spill(batches, os.path.join(workdir, "shard.arrow"),
-                                          spec.columns, spec.split_column)
-                               if spec.columns else (None, None))
             devices = gpu.visible_devices(_assigned_gpus(barrier), spec.use_gpu,
                                           os.environ.get("CUDA_VISIBLE_DEVICES"))
-        except Exception as e:  # bad data or GPU setup: report it, then fail the stage
-            _fail(events, rank, role, f"{type(e).__name__}: {e}", _format_exc(), "")
-        host = barrier.getTaskInfos()[rank].address.rsplit(":", 1)[0]
-        mine = {"address": f"{host}:{cluster.pick_port()}",
-                "rows": shard.num_rows if shard else 0,
-                "validation_rows": held_out.num_rows if held_out else 0}
-        gathered = [json.loads(g) for g in barrier.allGather(json.dumps(mine))]
-        spec_dict = cluster.build_cluster_spec(roles, [g["address"] for g in gathered])
-        ctx = TaskContext(jobName=role.job_name, taskIndex=role.task_index, rank=rank,
-                          clusterSpec=spec_dict, numWorkers=spec.num_workers,
-                          numPs=spec.num_ps, modelDir=spec.model_dir,
-                          numRows=mine["rows"], allNumRows=tuple(g["rows"] for g in gathered),
-                          shard=shard, validationShard=held_out,
-                          allValidationRows=tuple(g["validation_rows"] for g in gathered),
-                          gpus=devices)
-        env = _child_env(spec, ctx, role, devices)
-        status, value, tail, child_kb = _run_child(spec, ctx, env, workdir, events, barrier)
+        except gpu.GpuAssignmentError as e:
+            _fail(events, rank, role, f"GpuAssignmentError: {e}", traceback.format_exc(), "")
+        with _Child(spec, rank, devices, workdir, events) as child:
+            try:
+                shard, held_out = (feed.spill(batches, os.path.join(workdir, "shard.arrow"),
+                                              spec.columns, spec.split_column)
+                                   if spec.columns else (None, None))
+            except Exception as e:  # bad data: report it, then fail the stage
+                _fail(events, rank, role, f"{type(e).__name__}: {e}", traceback.format_exc(),
+                      "")
+            ctx = _form_cluster(spec, barrier, rank, role, shard, held_out, devices)
+            status, value, tail, child_kb = child.run(ctx, barrier)
         events.send({"kind": "stats", "role": str(role), "rows": ctx.numRows,
                      "feeder_peak_rss_mb": _peak_rss_kb() / 1024,
                      "task_peak_rss_mb": child_kb / 1024})
         if status != "ok":
             _fail(events, rank, role, value["message"], value.get("traceback", ""), tail)
-        yield pa.RecordBatch.from_arrays([pa.array([rank], pa.int32()), pa.array([value],
-                                          pa.binary())], schema=RESULT_SCHEMA)
+        yield pa.RecordBatch.from_arrays([pa.array([rank], pa.int32()),
+                                          pa.array([value], pa.binary())],
+                                         schema=RESULT_SCHEMA)
+
+
+def _form_cluster(spec, barrier, rank, role, shard, held_out, devices) -> TaskContext:
+    """Exchanges addresses and row counts with ``allGather``; every task derives the same spec."""
+    host = barrier.getTaskInfos()[rank].address.rsplit(":", 1)[0]
+    mine = {"address": f"{host}:{cluster.pick_port()}",
+            "rows": shard.num_rows if shard else 0,
+            "validation_rows": held_out.num_rows if held_out else 0}
+    gathered = [json.loads(g) for g in barrier.allGather(json.dumps(mine))]
+    roles = cluster.assign_roles(spec.num_workers, spec.num_ps)
+    spec_dict = cluster.build_cluster_spec(roles, [g["address"] for g in gathered])
+    return TaskContext(jobName=role.job_name, taskIndex=role.task_index, rank=rank,
+                       clusterSpec=spec_dict, numWorkers=spec.num_workers, numPs=spec.num_ps,
+                       modelDir=spec.model_dir, numRows=mine["rows"],
+                       allNumRows=tuple(g["rows"] for g in gathered), shard=shard,
+                       validationShard=held_out,
+                       allValidationRows=tuple(g["validation_rows"] for g in gathered),
+                       gpus=devices)
 
 
 def _assigned_gpus(barrier) -> list[str]:
     resource = barrier.resources().get("gpu")
     return list(resource.addresses) if resource is not None else []
-
-
-def _child_env(spec: TaskSpec, ctx: TaskContext, role: cluster.Role, devices: str) -> dict:
-    env = dict(os.environ)
-    env.update(dict(spec.child_env))
-    env["TF_CONFIG"] = cluster.build_tf_config(ctx.clusterSpec, role)
-    env["CUDA_VISIBLE_DEVICES"] = devices
-    env["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"
-    env["PYTHONUNBUFFERED"] = "1"
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    return env
 
 
 def _die_with_parent() -> None:
@@ -121,46 +123,74 @@ def _die_with_parent() -> None:
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def _run_child(spec, ctx, env, workdir, events, barrier):
-    """Runs main_fn in a child process; returns (status, result bytes | error info, log tail)."""
-    payload_path = os.path.join(workdir, "payload.pkl")
-    result_path = os.path.join(workdir, "result.pkl")
-    with open(payload_path, "wb") as f:
-        cloudpickle.dump((spec.payload, ctx), f)
-    tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
-    forward = spec.forward_all_ranks or ctx.rank == 0
-    proc = subprocess.Popen([sys.executable, "-m", "sparktf.runtime.child", payload_path,
-                             result_path], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, env=env, cwd=workdir,
-                            preexec_fn=_die_with_parent, text=True, errors="replace")
-    try:
-        for line in proc.stdout:
-            line = line.rstrip("\n")
-            if line == DONE_LINE:
-                barrier.barrier()  # every child has finished: release them together
-                proc.stdin.close()
-            elif line.startswith(EVENT_MARKER):
-                events.send(json.loads(line[len(EVENT_MARKER):]))
-            else:
-                tail.append(line)
-                print(f"[sparktf rank {ctx.rank}] {line}", file=sys.stderr)
-                if forward and not _TF_NOISE.search(line):
-                    events.send({"kind": "log", "line": line})
-        code = proc.wait()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    log_tail = "\n".join(tail)
-    if not os.path.exists(result_path):
-        return "error", {"message": f"the task's process exited with code {code} before "
-                                    "reporting a result (killed, or out of memory?)"}, \
-            log_tail, 0
-    with open(result_path, "rb") as f:
-        status, value, peak_kb = cloudpickle.load(f)
-    if status == "ok":
-        return status, cloudpickle.dumps(value), log_tail, peak_kb
-    return status, value, log_tail, peak_kb
+class _Child:
+    """The process that runs ``main_fn``: started early, given its payload, released late."""
+
+    def __init__(self, spec: TaskSpec, rank: int, devices: str, workdir: str, events):
+        self.spec, self.rank, self.workdir, self.events = spec, rank, workdir, events
+        self.result_path = os.path.join(workdir, "result.pkl")
+        self.tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
+        env = dict(os.environ)
+        env.update(dict(spec.child_env))
+        env.update({"CUDA_VISIBLE_DEVICES": devices, "TF_FORCE_GPU_ALLOW_GROWTH": "true",
+                    "PYTHONUNBUFFERED": "1"})
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "sparktf.runtime.child", self.result_path],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+            cwd=workdir, preexec_fn=_die_with_parent, text=True, errors="replace")
+
+    def __enter__(self) -> "_Child":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            if stream and not stream.closed:
+                stream.close()
+
+    def run(self, ctx: TaskContext, barrier):
+        """Hands over the payload, relays output until exit; (status, value, tail, peak KiB)."""
+        payload_path = os.path.join(self.workdir, "payload.pkl")
+        with open(payload_path, "wb") as f:
+            cloudpickle.dump((self.spec.payload, ctx,
+                              {"TF_CONFIG": json.dumps(ctx.tfConfig, sort_keys=True)}), f)
+        try:
+            self.proc.stdin.write(payload_path + "\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            pass  # the child died early; its output and exit code tell why
+        forward = self.spec.forward_all_ranks or self.rank == 0
+        for line in self.proc.stdout:
+            self._relay(line.rstrip("\n"), forward, barrier)
+        code = self.proc.wait()
+        return self._outcome(code)
+
+    def _relay(self, line: str, forward: bool, barrier) -> None:
+        if line == DONE_LINE:
+            barrier.barrier()  # every child has finished: release them together
+            self.proc.stdin.close()
+        elif line.startswith(EVENT_MARKER):
+            self.events.send(json.loads(line[len(EVENT_MARKER):]))
+        else:
+            self.tail.append(line)
+            print(f"[sparktf rank {self.rank}] {line}", file=sys.stderr)
+            if forward and not _TF_NOISE.search(line):
+                self.events.send({"kind": "log", "line": line})
+
+    def _outcome(self, code: int):
+        log_tail = "\n".join(self.tail)
+        if not os.path.exists(self.result_path):
+            return "error", {"message": f"the task's process exited with code {code} before "
+                                        "reporting a result (killed, or out of memory?)"}, \
+                log_tail, 0
+        with open(self.result_path, "rb") as f:
+            status, value, peak_kb = cloudpickle.load(f)
+        if status == "ok":
+            return status, cloudpickle.dumps(value), log_tail, peak_kb
+        return status, value, log_tail, peak_kb
 
 
 def _reset_peak_rss() -> None:
@@ -183,11 +213,6 @@ def _peak_rss_kb() -> int:
         pass
     import resource
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-
-
-def _format_exc() -> str:
-    import traceback
-    return traceback.format_exc()
 
 
 def _fail(events: EventClient, rank: int, role, message: str, tb: str, tail: str):

@@ -1,0 +1,67 @@
+"""Helpers shared by the benchmarks: sessions, generated data, a model, stats capture."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+N_FEATURES = 28
+
+
+def session(master: str = "local-cluster[2,1,2048]", **conf):
+    from pyspark.sql import SparkSession
+
+    builder = (SparkSession.builder.master(master).appName("sparktf-bench")
+               .config("spark.ui.enabled", "false").config("spark.driver.memory", "2g"))
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def higgs_like(spark, rows: int, partitions: int = 2):
+    """A Higgs-shaped DataFrame: 28 float features (array<float>) and a 0/1 label."""
+    from pyspark.sql import functions as F
+
+    feats = [F.randn(seed=i).cast("float") for i in range(N_FEATURES)]
+    df = spark.range(0, rows, 1, partitions).select(F.array(*feats).alias("features"))
+    return df.withColumn("label", (F.col("features")[0] + F.col("features")[1] > 0)
+                         .cast("double"))
+
+
+def higgs_mlp(hparams):
+    import keras
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((28,)), keras.layers.Dense(64, activation="relu"),
+                              keras.layers.Dense(1, activation="sigmoid")])
+    model.compile(optimizer=keras.optimizers.Adam(hparams["learningRate"]),
+                  loss="binary_crossentropy", metrics=["accuracy"])
+    return model
+
+
+class StatsCapture(logging.Handler):
+    """Collects the per-task stats events that sparktf logs at the end of fit."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.stats: list[dict] = []
+
+    def emit(self, record):
+        stats = getattr(record, "sparktf_stats", None)
+        if stats:
+            self.stats.append(stats)
+
+    def __enter__(self):
+        logging.getLogger("sparktf").addHandler(self)
+        logging.getLogger("sparktf").setLevel(logging.INFO)
+        return self
+
+    def __exit__(self, *exc):
+        logging.getLogger("sparktf").removeHandler(self)
+
+
+def timed(fn, *args, **kwargs):
+    started = time.perf_counter()
+    out = fn(*args, **kwargs)
+    return out, time.perf_counter() - started
