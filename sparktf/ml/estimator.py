@@ -135,7 +135,7 @@ class TFEstimator(Estimator, _TFEstimatorParams):
             model_fn=self.getModelFn(), hparams=self.hparams(),
             feature_columns=tuple(self.featureColumns()), label_column=self.getLabelCol(),
             epochs=self.getEpochs(), batch_size=self.getBatchSize(), model_dir=model_dir,
-            shuffle=self.getShuffle(), seed=self.getOrDefault(self.seed),
+            shuffle=self.getShuffle(), seed=self.getOrDefault(self.seed) % (2 ** 31),
             has_validation=(self.isSet(self.validationCol)
                             or self.getValidationFraction() > 0),
             callbacks=tuple(self.getCallbacks()))

@@ -74,7 +74,7 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
                                           os.environ.get("CUDA_VISIBLE_DEVICES"))
         except gpu.GpuAssignmentError as e:
             _fail(events, rank, role, f"GpuAssignmentError: {e}", traceback.format_exc(), "")
-        with _Child(spec, rank, devices, workdir, events) as child:
+        with _Child(spec, rank, devices, barrier.cpus(), workdir, events) as child:
             try:
                 shard, held_out = (feed.spill(batches, os.path.join(workdir, "shard.arrow"),
                                               spec.columns, spec.split_column)
@@ -126,7 +126,8 @@ def _die_with_parent() -> None:
 class _Child:
     """The process that runs ``main_fn``: started early, given its payload, released late."""
 
-    def __init__(self, spec: TaskSpec, rank: int, devices: str, workdir: str, events):
+    def __init__(self, spec: TaskSpec, rank: int, devices: str, cpus: int, workdir: str,
+                 events):
         self.spec, self.rank, self.workdir, self.events = spec, rank, workdir, events
         self.result_path = os.path.join(workdir, "result.pkl")
         self.tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
@@ -135,6 +136,11 @@ class _Child:
         env.update({"CUDA_VISIBLE_DEVICES": devices, "TF_FORCE_GPU_ALLOW_GROWTH": "true",
                     "PYTHONUNBUFFERED": "1"})
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        # TensorFlow sizes its thread pools to the machine; tasks sharing a host would
+        # oversubscribe it. Use the CPUs Spark gave this task unless the user chose.
+        for name in ("TF_NUM_INTRAOP_THREADS", "OMP_NUM_THREADS"):
+            env.setdefault(name, str(max(1, cpus)))
+        env.setdefault("TF_NUM_INTEROP_THREADS", "2")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "sparktf.runtime.child", self.result_path],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
@@ -175,9 +181,11 @@ class _Child:
         elif line.startswith(EVENT_MARKER):
             self.events.send(json.loads(line[len(EVENT_MARKER):]))
         else:
-            self.tail.append(line)
             print(f"[sparktf rank {self.rank}] {line}", file=sys.stderr)
-            if forward and not _TF_NOISE.search(line):
+            if _TF_NOISE.search(line):
+                return
+            self.tail.append(line)
+            if forward:
                 self.events.send({"kind": "log", "line": line})
 
     def _outcome(self, code: int):

@@ -117,7 +117,7 @@ class _EpochLoop:
         import tensorflow as tf
 
         self.model.reset_metrics()
-        seed = self.spec.seed * 1_000_003 + epoch if self.spec.shuffle else None
+        seed = (self.spec.seed * 1_000_003 + epoch) % (2 ** 63) if self.spec.shuffle else None
         loss_sum, rows = 0.0, 0
         for step, (features, label) in enumerate(self._batches(self.ctx.shard, self.steps,
                                                                seed)):

@@ -1,0 +1,158 @@
+"""Feed rate into TensorFlow from a cached DataFrame, and fit time against one process.
+
+    .venv/bin/python bench/feed_bench.py [--rows 4000000] [--tfos-rows 200000]
+
+Side by side in one run, on local-cluster[2,1,2048] (2 executors, 1 core each),
+28-float rows (array<float>) plus a label:
+
+* ceiling  - the cached DataFrame converted Spark -> Arrow -> numpy inside a barrier
+             stage, no TensorFlow
+* sparktf  - sparktf.run with df=: every row reaches TensorFlow as tensors through
+             ctx.dataset(), end to end (cluster formation, TF start-up included)
+* tfos     - tensorflowonspark 2.2.5, InputMode.SPARK: TFCluster.run + train(rdd)
+* fit      - TFEstimator.fit (2 workers) against keras Model.fit in one process on
+             the same rows, same model, same epochs
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+BATCH = 4096
+
+
+def ceiling_task(batches):
+    import pyarrow as pa
+    from pyspark import BarrierTaskContext
+
+    from sparktf.runtime import feed
+
+    BarrierTaskContext.get()
+    n = 0
+    for b in batches:
+        feed.column_to_numpy(b.column("features"), "features")
+        feed.column_to_numpy(b.column("label"), "label")
+        n += b.num_rows
+    yield pa.RecordBatch.from_pydict({"n": [n]})
+
+
+def consume(args, ctx):
+    import time
+
+    import tensorflow as tf
+    started = time.perf_counter()
+    n = 0
+    for batch in ctx.dataset(args["batch"]):
+        n += int(tf.shape(batch["features"])[0])
+    return n, time.perf_counter() - started
+
+
+def tfos_map_fun(args, ctx):
+    import numpy as np
+    from tensorflowonspark import TFNode
+
+    feed = TFNode.DataFeed(ctx.mgr, True)
+    while not feed.should_stop():
+        batch = feed.next_batch(args["batch"])
+        if len(batch) == 0:
+            break
+        np.asarray([row[0] for row in batch], dtype=np.float32)
+
+
+def run_ceiling(df, rows):
+    out, seconds = common.timed(lambda: df.mapInArrow(ceiling_task, "n long",
+                                                      barrier=True).collect())
+    assert sum(r.n for r in out) == rows
+    return rows / seconds
+
+
+def run_sparktf(spark, df, rows):
+    import sparktf
+    out, seconds = common.timed(sparktf.run, spark, consume, {"batch": BATCH // 2},
+                                numWorkers=2, df=df)
+    assert sum(n for n, _ in out) == rows
+    in_task = rows / max(s for _, s in out)
+    return rows / seconds, in_task
+
+
+def run_tfos(spark, df, rows):
+    from tensorflowonspark import TFCluster
+
+    rdd = df.limit(rows).repartition(2).rdd.map(lambda r: (list(r.features), r.label)).cache()
+    assert rdd.count() == rows
+
+    def feed_all():
+        cluster = TFCluster.run(spark.sparkContext, tfos_map_fun, {"batch": BATCH // 2}, 2, 0,
+                                False, TFCluster.InputMode.SPARK)
+        cluster.train(rdd, num_epochs=1)
+        cluster.shutdown()
+
+    _, seconds = common.timed(feed_all)
+    rdd.unpersist()
+    return rows / seconds
+
+
+def run_fit(spark, rows, epochs):
+    import numpy as np
+
+    from sparktf.ml import TFEstimator
+
+    df = common.higgs_like(spark, rows).cache()
+    df.count()
+    est = TFEstimator(modelFn=common.higgs_mlp, numWorkers=2, epochs=epochs, batchSize=BATCH,
+                      learningRate=1e-3)
+    model, fit_s = common.timed(est.fit, df)
+    pdf = df.toPandas()
+    X = np.stack(pdf["features"].to_numpy()).astype("float32")
+    y = pdf["label"].to_numpy()
+    single = common.higgs_mlp({"learningRate": 1e-3})
+    history, single_s = common.timed(single.fit, X, y, epochs=epochs, batch_size=BATCH,
+                                     verbose=0)
+    df.unpersist()
+    return fit_s, single_s, model.getHistory()["loss"][-1], history.history["loss"][-1]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=4_000_000)
+    parser.add_argument("--tfos-rows", type=int, default=200_000)
+    parser.add_argument("--fit-rows", type=int, default=1_000_000)
+    parser.add_argument("--fit-epochs", type=int, default=3)
+    args = parser.parse_args()
+
+    spark = common.session()
+    from sparktf.cluster_check import ensure_executor_python
+    ensure_executor_python(spark.sparkContext)
+    try:
+        df = common.higgs_like(spark, args.rows).cache()
+        assert df.count() == args.rows
+        ceiling = run_ceiling(df, args.rows)
+        sparktf_e2e, sparktf_task = run_sparktf(spark, df, args.rows)
+        tfos = run_tfos(spark, df, args.tfos_rows) if args.tfos_rows else float("nan")
+        df.unpersist()
+        fit_s, single_s, fit_loss, single_loss = run_fit(spark, args.fit_rows, args.fit_epochs)
+    finally:
+        spark.stop()
+
+    print(f"\nfeed into TensorFlow, 2 workers, 28-float rows ({args.rows:,} rows; "
+          f"TensorFlowOnSpark on {args.tfos_rows:,})")
+    print(f"  ceiling (Spark -> Arrow -> numpy, no TF)  {ceiling:12,.0f} rows/s")
+    print(f"  sparktf end to end                         {sparktf_e2e:12,.0f} rows/s")
+    print(f"  sparktf inside the task (file -> tensors)  {sparktf_task:12,.0f} rows/s")
+    print(f"  tensorflowonspark 2.2.5 InputMode.SPARK    {tfos:12,.0f} rows/s")
+    print(f"  sparktf / ceiling            {sparktf_e2e / ceiling:6.2f}x  (target >= 0.7)")
+    print(f"  sparktf / tensorflowonspark  {sparktf_e2e / tfos:6.1f}x  (target >= 50)")
+    print(f"\nfit, {args.fit_rows:,} rows x {args.fit_epochs} epochs, MLP 28-64-1, batch {BATCH}")
+    print(f"  TFEstimator.fit, 2 workers   {fit_s:7.1f} s   final loss {fit_loss:.4f}")
+    print(f"  keras fit, one process       {single_s:7.1f} s   final loss {single_loss:.4f}")
+    print(f"  single / sparktf time        {single_s / fit_s:6.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

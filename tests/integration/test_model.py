@@ -1,0 +1,156 @@
+"""TFModel.transform and SQL scoring on a real local-cluster Spark."""
+
+import numpy as np
+import pytest
+from pyspark.ml.evaluation import RegressionEvaluator
+from pyspark.sql import types as T
+
+import sparktf
+from sparktf.ml import TFEstimator, TFModel
+from tests.integration import data, models
+
+pytestmark = pytest.mark.timeout(600)
+
+
+@pytest.fixture(scope="module")
+def saved_models(tmp_path_factory):
+    """SavedModels written by plain TensorFlow (no Keras, no sparktf)."""
+    import tensorflow as tf
+
+    root = tmp_path_factory.mktemp("savedmodels")
+
+    class Affine(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32, name="x")])
+        def serve(self, x):
+            return {"y": tf.reduce_sum(x, axis=1) * 2.0 + 1.0}
+
+    class TwoOutputs(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32, name="x")])
+        def serve(self, x):
+            return {"total": tf.reduce_sum(x, axis=1), "doubled": x * 2.0}
+
+    class Image(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, 8, 8, 1], tf.float32,
+                                                    name="image")])
+        def serve(self, image):
+            weights = tf.reshape(tf.range(64, dtype=tf.float32), [1, 8, 8, 1])
+            return {"score": tf.reduce_sum(image * weights, axis=[1, 2, 3])}
+
+    paths = {}
+    for name, module in {"affine": Affine(), "two": TwoOutputs(), "image": Image()}.items():
+        paths[name] = str(root / name)
+        tf.saved_model.save(module, paths[name], signatures={"serving_default": module.serve})
+    return paths
+
+
+def _vectors(spark, n=1000, partitions=10):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(n, 3)).astype("float32")
+    df = spark.createDataFrame([(i, x.tolist()) for i, x in enumerate(X)],
+                               "id long, x array<float>")
+    return df.repartition(partitions), X
+
+
+def test_plain_tensorflow_savedmodel_scores_every_row_and_keeps_columns(spark, saved_models):
+    df, X = _vectors(spark)
+    model = TFModel(modelPath=saved_models["affine"], inputMapping={"x": "x"},
+                    outputMapping={"y": "y"}, batchSize=64)
+    scored = model.transform(df)
+    assert scored.schema["y"].dataType == T.FloatType()
+    assert scored.columns == ["id", "x", "y"]
+    rows = scored.orderBy("id").collect()
+    assert len(rows) == 1000
+    expected = X.sum(axis=1) * 2 + 1
+    np.testing.assert_allclose([r.y for r in rows], expected, rtol=1e-5)
+    np.testing.assert_allclose([r.x for r in rows], X)  # inputs unchanged, rows aligned
+
+
+def test_two_outputs_map_to_two_columns(spark, saved_models):
+    df, X = _vectors(spark, 200, 3)
+    model = TFModel(modelPath=saved_models["two"], inputMapping={"x": "x"},
+                    outputMapping={"total": "total", "doubled": "doubled"})
+    scored = model.transform(df)
+    assert scored.schema["doubled"].dataType == T.ArrayType(T.FloatType())
+    rows = scored.orderBy("id").collect()
+    np.testing.assert_allclose([r.total for r in rows], X.sum(axis=1), rtol=1e-5)
+    np.testing.assert_allclose([r.doubled for r in rows], X * 2, rtol=1e-6)
+
+
+def test_flat_arrays_are_reshaped_to_the_signature_shape(spark, saved_models):
+    rng = np.random.default_rng(1)
+    images = rng.random((50, 64)).astype("float32")
+    df = spark.createDataFrame([(i, im.tolist()) for i, im in enumerate(images)],
+                               "id long, pixels array<float>")
+    model = TFModel(modelPath=saved_models["image"], inputMapping={"pixels": "image"},
+                    outputMapping={"score": "score"})
+    rows = model.transform(df).orderBy("id").collect()
+    np.testing.assert_allclose([r.score for r in rows], images @ np.arange(64), rtol=1e-4)
+
+
+def test_sql_scoring_matches_transform(spark, saved_models):
+    df, _ = _vectors(spark, 300, 4)
+    model = TFModel(modelPath=saved_models["affine"], inputMapping={"x": "x"},
+                    outputMapping={"y": "y"})
+    spark.udf.register("tf_predict", model.udf())
+    df.createOrReplaceTempView("points")
+    by_sql = {r.id: r.p for r in spark.sql("SELECT id, tf_predict(x) AS p FROM points")
+              .collect()}
+    by_transform = {r.id: r.y for r in model.transform(df).collect()}
+    assert by_sql.keys() == by_transform.keys()
+    np.testing.assert_allclose([by_sql[k] for k in sorted(by_sql)],
+                               [by_transform[k] for k in sorted(by_sql)], rtol=1e-6)
+    column_api = df.select("id", model.udf()("x").alias("p")).collect()
+    assert {r.id: r.p for r in column_api} == pytest.approx(by_sql)
+
+
+def test_fitted_model_scores_vectors_in_sql_and_with_evaluators(spark):
+    from pyspark.ml.functions import array_to_vector
+    X, y = data.linear_rows(600)
+    df = spark.createDataFrame(data.rows(X, y), "x array<double>, label double") \
+        .withColumn("features", array_to_vector("x"))
+    model = TFEstimator(modelFn=models.linear, numWorkers=2, epochs=30, batchSize=32,
+                        learningRate=0.05).fit(df)
+    scored = model.transform(df)
+    assert scored.schema["prediction"].dataType == T.DoubleType()
+    assert "probability" not in scored.columns  # a regression model
+    assert RegressionEvaluator(metricName="rmse").evaluate(scored) < 0.1
+    spark.udf.register("tf_regress", model.udf())
+    df.createOrReplaceTempView("lin")
+    sql = spark.sql("SELECT tf_regress(features) AS p, label FROM lin").toPandas()
+    np.testing.assert_allclose(sql["p"], sql["label"], atol=0.3)
+
+
+def test_empty_dataframe_and_empty_partitions(spark, saved_models):
+    model = TFModel(modelPath=saved_models["affine"], inputMapping={"x": "x"},
+                    outputMapping={"y": "y"})
+    empty = spark.createDataFrame([], "id long, x array<float>")
+    out = model.transform(empty)
+    assert out.columns == ["id", "x", "y"] and out.count() == 0
+    df, _ = _vectors(spark, 3, 1)
+    sparse_parts = df.repartition(8)  # most partitions empty
+    assert sparse_parts.rdd.glom().map(len).collect().count(0) >= 5
+    assert model.transform(sparse_parts).count() == 3
+
+
+def test_null_inputs_keep_their_row_with_null_outputs(spark, saved_models):
+    df = spark.createDataFrame([(1, [1.0, 1.0, 1.0]), (2, None), (3, [0.0, 0.0, 0.0])],
+                               "id long, x array<float>")
+    model = TFModel(modelPath=saved_models["affine"], inputMapping={"x": "x"},
+                    outputMapping={"y": "y"})
+    rows = {r.id: r.y for r in model.transform(df).collect()}
+    assert rows == {1: pytest.approx(7.0), 2: None, 3: pytest.approx(1.0)}
+
+
+def test_bad_mappings_and_paths_fail_on_the_driver(spark, saved_models, tmp_path):
+    df, _ = _vectors(spark, 10, 1)
+    with pytest.raises(sparktf.InvalidInputError, match=r"signature's inputs are \['x'\]"):
+        TFModel(modelPath=saved_models["affine"], inputMapping={"x": "nope"},
+                outputMapping={"y": "y"}).transform(df)
+    with pytest.raises(sparktf.InvalidInputError, match=r"outputs are \['y'\]"):
+        TFModel(modelPath=saved_models["affine"], inputMapping={"x": "x"},
+                outputMapping={"z": "z"}).transform(df)
+    with pytest.raises(sparktf.InvalidInputError, match="No SavedModel at modelPath"):
+        TFModel(modelPath=str(tmp_path / "missing")).transform(df)
+    with pytest.raises(sparktf.InvalidInputError, match="'x' is not in the DataFrame"):
+        TFModel(modelPath=saved_models["affine"], inputMapping={"x": "x"},
+                outputMapping={"y": "y"}).transform(df.drop("x"))

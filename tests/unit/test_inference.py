@@ -1,0 +1,62 @@
+"""Scoring helpers: prediction post-processing, output columns with nulls."""
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from sparktf.runtime import inference
+from sparktf.runtime.inference import InputBinding, OutputBinding, ScoreSpec
+
+
+def test_regression_prediction_is_the_value():
+    pred, prob, raw = inference.classify(np.array([[1.5], [-2.0]]), "regression", False)
+    np.testing.assert_array_equal(pred, [1.5, -2.0])
+    assert prob is None and raw is None
+
+
+def test_multiclass_prediction_is_the_argmax_with_probability_vectors():
+    out = np.array([[0.1, 0.7, 0.2], [0.5, 0.3, 0.2]])
+    pred, prob, raw = inference.classify(out, "multiclass", False)
+    np.testing.assert_array_equal(pred, [1.0, 0.0])
+    np.testing.assert_allclose(prob, out)
+
+
+def test_multiclass_logits_become_softmax_probabilities():
+    pred, prob, raw = inference.classify(np.array([[0.0, np.log(3.0)]]), "multiclass", True)
+    np.testing.assert_allclose(prob, [[0.25, 0.75]])
+    np.testing.assert_allclose(raw, [[0.0, np.log(3.0)]])
+    assert pred.tolist() == [1.0]
+
+
+def test_binary_sigmoid_output_gives_two_class_vectors():
+    pred, prob, _ = inference.classify(np.array([[0.8], [0.1]]), "binary", False)
+    np.testing.assert_allclose(prob, [[0.2, 0.8], [0.9, 0.1]])
+    np.testing.assert_array_equal(pred, [1.0, 0.0])
+
+
+def test_per_row_kind():
+    assert inference.per_row_kind(()) == "scalar"
+    assert inference.per_row_kind((1,)) == "scalar"
+    assert inference.per_row_kind((3,)) == "vector"
+
+
+def test_outputs_are_null_where_inputs_were_null():
+    batch = pa.RecordBatch.from_pydict({"id": [1, 2, 3], "x": [[1.0], None, [3.0]]})
+    spec = ScoreSpec("m", "serving_default", 10, (InputBinding("x", "x", (1,), "float32"),),
+                     outputs=(OutputBinding("y", "y", "scalar", "float32"),
+                              OutputBinding("v", "v", "vector", "float64")))
+    valid = inference.valid_rows(batch, ["x"])
+    assert valid.tolist() == [True, False, True]
+    out = inference.append_outputs(batch, spec, {
+        "valid": valid, "values": {"y": np.array([10.0, 30.0]),
+                                   "v": np.array([[1.0, 2.0], [3.0, 4.0]])}})
+    assert out.column("y").to_pylist() == [10.0, None, 30.0]
+    assert out.column("v").to_pylist() == [[1.0, 2.0], None, [3.0, 4.0]]
+    assert out.column("id").to_pylist() == [1, 2, 3]
+
+
+def test_a_flat_column_is_reshaped_to_the_signature_input():
+    binding = InputBinding("img", "image", (8, 8, 1), "float32")
+    assert inference._shaped(np.zeros((5, 64)), binding).shape == (5, 8, 8, 1)
+    with pytest.raises(ValueError, match="'img' has 63"):
+        inference._shaped(np.zeros((5, 63)), binding)
