@@ -7,12 +7,15 @@ in seconds with a message that says what to change.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 import sys
 import threading
 import time
+from typing import Iterator
+
 from sparktf.errors import ClusterCapacityError
 
 logger = logging.getLogger(__name__)
@@ -112,3 +115,31 @@ def ensure_executor_python(sc) -> None:
     logger.info("sparktf: PYSPARK_PYTHON is not set; Python workers of this %s app will use "
                 "%s", sc.master, sys.executable)
     sc.pythonExec = sys.executable
+
+
+class SlotGate:
+    """Admits this driver's sparktf barrier stages while their tasks fit in the slots.
+
+    Several stages at once (``CrossValidator(parallelism=2)``) would otherwise
+    compete for slots; here the ones that do not fit wait their turn, and say so.
+    """
+
+    _cond = threading.Condition()
+    _in_use = 0
+
+    @classmethod
+    @contextlib.contextmanager
+    def hold(cls, tasks: int, slots: int, what: str) -> Iterator[None]:
+        with cls._cond:
+            if cls._in_use + tasks > slots:
+                logger.info("sparktf: %s waits for task slots: %d of %d are held by other "
+                            "sparktf stages of this application; concurrent fits run as slots "
+                            "free up", what, cls._in_use, slots)
+            cls._cond.wait_for(lambda: cls._in_use == 0 or cls._in_use + tasks <= slots)
+            cls._in_use += tasks
+        try:
+            yield
+        finally:
+            with cls._cond:
+                cls._in_use -= tasks
+                cls._cond.notify_all()

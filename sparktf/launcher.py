@@ -9,6 +9,7 @@ turns the tasks' results (or their failure) into a return value (or one error).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import sys
 import sysconfig
@@ -157,45 +158,74 @@ def _by_value(objects: Sequence[Any]):
             cloudpickle.unregister_pickle_by_value(module)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Stage:
+    """One barrier stage to run: what the tasks get, and how the driver waits for it."""
+
+    payload: bytes
+    num_workers: int
+    num_ps: int
+    columns: tuple[str, ...]
+    split_column: str | None
+    use_gpu: str
+    model_dir: str | None
+    timeout: float | None
+    what: str
+
+    @property
+    def num_tasks(self) -> int:
+        return self.num_workers + self.num_ps
+
+    def task_spec(self, server: EventServer) -> task_runtime.TaskSpec:
+        return task_runtime.TaskSpec(
+            payload=self.payload, num_workers=self.num_workers, num_ps=self.num_ps,
+            use_gpu=self.use_gpu, model_dir=self.model_dir, columns=self.columns,
+            split_column=self.split_column, event_address=server.address,
+            event_secret=server.secret)
+
+
 def launch(spark, payload: bytes, *, num_workers: int, num_ps: int = 0, df=None,
            columns: Sequence[str] = (), split_column: str | None = None, use_gpu="auto",
-           model_dir: str | None = None,
-           timeout: float | None = None, on_event: Callable[[dict], None] | None = None,
+           model_dir: str | None = None, timeout: float | None = None,
+           on_event: Callable[[dict], None] | None = None,
            what: str = "sparktf.run") -> list[Any]:
     """Runs one barrier stage of ``num_workers + num_ps`` tasks; returns unpickled results."""
     _ensure_log_handler()
     sc = spark.sparkContext
-    num_tasks = num_workers + num_ps
-    cluster_check.check_capacity(sc, num_tasks, what)
+    stage = _Stage(payload, num_workers, num_ps, tuple(columns), split_column,
+                   str(use_gpu).lower() if isinstance(use_gpu, bool) else use_gpu,
+                   model_dir, timeout, what)
+    cluster_check.check_capacity(sc, stage.num_tasks, what)
     if use_gpu is True:
         _check_gpu_conf(sc)
-    collector = _EventCollector(on_event)
+    cluster_check.ensure_executor_python(sc)
+    with cluster_check.SlotGate.hold(stage.num_tasks, cluster_check.current_slots(sc), what):
+        rows = _run_stage(spark, stage, df, _EventCollector(on_event))
+    results = sorted(((r["rank"], r["result"]) for r in rows))
+    return [cloudpickle.loads(blob) for _, blob in results]
+
+
+def _run_stage(spark, stage: _Stage, df, collector: "_EventCollector"):
+    """Runs the barrier stage, forming the cluster again if a port was taken."""
+    sc = spark.sparkContext
     host = sc.getConf().get("spark.driver.host", "127.0.0.1")
+    frame = _input_frame(spark, df, stage.num_tasks)
     for attempt in range(1, PORT_CONFLICT_RETRIES + 1):
         collector.errors.clear()
-        cluster_check.ensure_executor_python(sc)
         with EventServer(host, collector) as server:
-            spec = task_runtime.TaskSpec(
-                payload=payload, num_workers=num_workers, num_ps=num_ps,
-                use_gpu=str(use_gpu).lower() if isinstance(use_gpu, bool) else use_gpu,
-                model_dir=model_dir, columns=tuple(columns), split_column=split_column,
-                event_address=server.address,
-                event_secret=server.secret)
-            frame = _input_frame(spark, df, num_tasks)
+            job = _barrier_job(frame, stage.task_spec(server))
             try:
-                rows = _collect(sc, _barrier_job(frame, spec), timeout, what)
-                break
+                return _collect(sc, job, stage.timeout, stage.what)
             except JobTimeoutError:
                 raise
             except Exception as e:
-                failure = _translate(e, collector.errors, what)
+                failure = _translate(e, collector.errors, stage.what)
                 if not _is_port_conflict(failure) or attempt == PORT_CONFLICT_RETRIES:
                     raise failure from e
                 logger.warning("sparktf: %s; forming the cluster again with new ports "
                                "(attempt %d of %d)", failure.message, attempt + 1,
                                PORT_CONFLICT_RETRIES)
-    results = sorted(((r["rank"], r["result"]) for r in rows))
-    return [cloudpickle.loads(blob) for _, blob in results]
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 def _is_port_conflict(failure: SparkTFError) -> bool:

@@ -7,6 +7,7 @@ import tempfile
 
 from pyspark import keyword_only
 from pyspark.ml import Estimator
+from pyspark.ml.util import MLReadable, MLWritable
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -14,7 +15,7 @@ from sparktf import launcher
 from sparktf.errors import InvalidInputError
 from sparktf.ml import schema
 from sparktf.ml.model import TFModel
-from sparktf.ml.params import _TFEstimatorParams
+from sparktf.ml.params import _TFEstimatorParams, add_setters
 from sparktf.ml.progress import EpochProgress
 from sparktf.runtime import storage, training
 
@@ -23,7 +24,8 @@ logger = logging.getLogger("sparktf")
 VALIDATION_FLAG = "__sparktf_validation__"
 
 
-class TFEstimator(Estimator, _TFEstimatorParams):
+@add_setters
+class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
     """Trains a compiled Keras model with TensorFlow on ``numWorkers`` Spark tasks.
 
     ``fit`` runs one Spark barrier stage: every task receives its partition as
@@ -74,6 +76,17 @@ class TFEstimator(Estimator, _TFEstimatorParams):
                   modelDir=None, maxRetries=0, useGpu="auto", callbacks=None):
         """Sets the given Params; see the constructor."""
         return self._set(**_without_none(self._input_kwargs))
+
+    def write(self):
+        """An ``MLWriter``: JSON Params metadata plus the pickled modelFn and callbacks."""
+        from sparktf.ml.persistence import TFEstimatorWriter
+        return TFEstimatorWriter(self)
+
+    @classmethod
+    def read(cls):
+        """An ``MLReader`` for estimators saved with ``write()``."""
+        from sparktf.ml.persistence import TFEstimatorReader
+        return TFEstimatorReader(cls)
 
     def _fit(self, dataset: DataFrame) -> TFModel:
         self._validate(dataset)

@@ -7,6 +7,7 @@ from typing import Iterator
 
 from pyspark import keyword_only
 from pyspark.ml import Model
+from pyspark.ml.util import MLReadable, MLWritable
 from pyspark.ml.functions import array_to_vector
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
@@ -14,14 +15,15 @@ from pyspark.sql import types as T
 from sparktf import cluster_check
 from sparktf.errors import InvalidInputError
 from sparktf.ml import schema
-from sparktf.ml.params import _TFModelParams
+from sparktf.ml.params import _TFModelParams, add_setters
 from sparktf.runtime import inference, storage
 
 _SPARK_TYPES = {"float32": T.FloatType(), "float64": T.DoubleType(), "int32": T.IntegerType(),
                 "int64": T.LongType(), "bool": T.BooleanType()}
 
 
-class TFModel(Model, _TFModelParams):
+@add_setters
+class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
     """Scores a DataFrame with a SavedModel: every input column kept, outputs appended.
 
     Returned by ``TFEstimator.fit``, or built directly for any SavedModel
@@ -68,6 +70,17 @@ class TFModel(Model, _TFModelParams):
                   fromLogits=False, history=None):
         """Sets the given Params; see the constructor."""
         return self._set(**{k: v for k, v in self._input_kwargs.items() if v is not None})
+
+    def write(self):
+        """An ``MLWriter``: Params metadata plus a copy of the SavedModel in the stage folder."""
+        from sparktf.ml.persistence import TFModelWriter
+        return TFModelWriter(self)
+
+    @classmethod
+    def read(cls):
+        """An ``MLReader`` for models saved with ``write()``."""
+        from sparktf.ml.persistence import TFModelReader
+        return TFModelReader(cls)
 
     def _transform(self, dataset: DataFrame) -> DataFrame:
         spec = self._score_spec(dataset.schema)

@@ -253,3 +253,22 @@ class _TFModelParams(_TFSharedParams):
     def getHistory(self) -> dict:
         """Per-epoch training metrics, e.g. ``{"loss": [...], "accuracy": [...]}``."""
         return {k: list(v) for k, v in self.getOrDefault(self.history).items()}
+
+
+def add_setters(cls):
+    """Class decorator: a ``setX`` for every Param ``x`` of ``cls`` that lacks one."""
+    for name in dir(cls):
+        param = getattr(cls, name, None)
+        if not isinstance(param, Param):
+            continue
+        setter_name = "set" + name[0].upper() + name[1:]
+        if hasattr(cls, setter_name):
+            continue
+
+        def setter(self, value, _name=name):
+            return self._set(**{_name: value})
+
+        setter.__name__ = setter.__qualname__ = setter_name
+        setter.__doc__ = f"Sets the value of :py:attr:`{name}`."
+        setattr(cls, setter_name, setter)
+    return cls

@@ -161,6 +161,10 @@ def _set_devices(use_gpu) -> None:
         assigned, use_gpu, os.environ.get("CUDA_VISIBLE_DEVICES"))
     os.environ["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # Python workers of one executor share its cores: size TF's pools to this task's share.
+    cpus = str(max(1, context.cpus())) if context else "1"
+    os.environ.setdefault("TF_NUM_INTRAOP_THREADS", cpus)
+    os.environ.setdefault("TF_NUM_INTEROP_THREADS", "1")
 
 
 def score_batches(spec: ScoreSpec, batches: Iterator[pa.RecordBatch]

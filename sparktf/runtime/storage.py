@@ -85,3 +85,34 @@ def check_writable(uri: str) -> None:
     with filesystem.open_output_stream(f"{path}/{probe}") as f:
         f.write(b"ok")
     filesystem.delete_file(f"{path}/{probe}")
+
+
+def write_bytes(uri: str, data: bytes) -> None:
+    """Writes ``data`` to the file at ``uri``, creating its folder."""
+    if is_local(uri):
+        path = local_path(uri)
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(data)
+        return
+    filesystem, path = _fs(uri)
+    filesystem.create_dir(path.rsplit("/", 1)[0], recursive=True)
+    with filesystem.open_output_stream(path) as f:
+        f.write(data)
+
+
+def read_bytes(uri: str) -> bytes:
+    """The bytes of the file at ``uri``."""
+    if is_local(uri):
+        with open(local_path(uri), "rb") as f:
+            return f.read()
+    filesystem, path = _fs(uri)
+    with filesystem.open_input_stream(path) as f:
+        return f.read()
+
+
+def copy_dir(source: str, target: str) -> None:
+    """Copies the tree at ``source`` to ``target``, any two URIs."""
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="sparktf-copy-") as scratch:
+        put_dir(get_dir(source, os.path.join(scratch, "tree")), target)

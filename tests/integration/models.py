@@ -29,3 +29,15 @@ def two_inputs(hparams):
     model = keras.Model([a, b], out)
     model.compile(optimizer=keras.optimizers.Adam(hparams["learningRate"]), loss="mse")
     return model
+
+
+def digits_sized(hparams):
+    """digits_mlp with a hidden width taken from hyperParams."""
+    import keras
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((64,)),
+                              keras.layers.Dense(hparams.get("units", 32), activation="relu"),
+                              keras.layers.Dense(10, activation="softmax")])
+    model.compile(optimizer=keras.optimizers.Adam(hparams["learningRate"]),
+                  loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    return model

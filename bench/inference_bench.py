@@ -1,0 +1,148 @@
+"""Inference throughput: an MLP 28-256-256-1 SavedModel over a cached DataFrame.
+
+    .venv/bin/python bench/inference_bench.py [--rows 2000000] [--tfos-rows 200000]
+
+Side by side in one run, each Spark method in a fresh local-cluster[2,1,2048]
+session (2 executors, 1 core each), cold (first job: workers start, load the
+model) and warm (the same job again):
+
+* single   - one process calling the signature on 4096-row batches (the ceiling)
+* sparktf  - TFModel.transform (mapInArrow, one cached model per Python worker)
+* pbu      - pyspark.ml.functions.predict_batch_udf, batch_size=4096
+* tfos     - tensorflowonspark 2.2.5 pipeline.TFModel
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+BATCH = 4096
+
+
+def export_mlp(path: str) -> None:
+    import keras
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((28,), name="features")
+    h = keras.layers.Dense(256, activation="relu")(inputs)
+    h = keras.layers.Dense(256, activation="relu")(h)
+    model = keras.Model(inputs, keras.layers.Dense(1, name="score")(h))
+    fn = tf.function(lambda x: {"score": model(x)},
+                     input_signature=[tf.TensorSpec([None, 28], tf.float32, name="features")])
+    module = tf.Module()
+    module.model = model
+    module.serve = fn
+    tf.saved_model.save(module, path, signatures={"serving_default": fn})
+
+
+def single_process(path: str, rows: int) -> float:
+    import numpy as np
+    import tensorflow as tf
+
+    fn = tf.saved_model.load(path).signatures["serving_default"]
+    X = np.random.default_rng(0).normal(size=(rows, 28)).astype("float32")
+    fn(features=tf.constant(X[:BATCH]))  # warm
+
+    def score():
+        for i in range(0, rows, BATCH):
+            fn(features=tf.constant(X[i:i + BATCH]))["score"].numpy()
+    _, seconds = common.timed(score)
+    return rows / seconds
+
+
+def _with_session(rows, make_scored, column):
+    from pyspark.sql import functions as F
+
+    from sparktf.cluster_check import ensure_executor_python
+
+    spark = common.session()
+    ensure_executor_python(spark.sparkContext)
+    try:
+        df = common.higgs_like(spark, rows).select("features").cache()
+        assert df.count() == rows
+        scored = make_scored(spark, df)
+        rates = []
+        for _ in range(2):  # cold, then warm
+            out, seconds = common.timed(lambda: scored.agg(F.count(column), F.sum(column))
+                                        .collect())
+            assert out[0][0] == rows
+            rates.append(rows / seconds)
+        return rates
+    finally:
+        spark.stop()
+
+
+def sparktf_rates(path, rows):
+    from sparktf.ml import TFModel
+
+    model = TFModel(modelPath=path, inputMapping={"features": "features"},
+                    outputMapping={"score": "score"}, batchSize=BATCH)
+    return _with_session(rows, lambda spark, df: model.transform(df), "score")
+
+
+def pbu_rates(path, rows):
+    from pyspark.ml.functions import predict_batch_udf
+    from pyspark.sql.types import FloatType
+
+    def make_predict_fn():
+        import tensorflow as tf
+        fn = tf.saved_model.load(path).signatures["serving_default"]
+
+        def predict(x):
+            return fn(features=tf.constant(x))["score"].numpy()[:, 0]
+        return predict
+
+    udf = predict_batch_udf(make_predict_fn, return_type=FloatType(), batch_size=BATCH,
+                            input_tensor_shapes=[[28]])
+    return _with_session(rows, lambda spark, df: df.withColumn("score", udf("features")),
+                         "score")
+
+
+def tfos_rates(path, rows):
+    from tensorflowonspark.pipeline import TFModel as TFoSModel
+
+    def scored(spark, df):
+        model = (TFoSModel({}).setExportDir(path).setSignatureDefKey("serving_default")
+                 .setInputMapping({"features": "features"}).setOutputMapping({"score": "score"})
+                 .setBatchSize(BATCH))
+        return model.transform(df)
+    return _with_session(rows, scored, "score")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=2_000_000)
+    parser.add_argument("--tfos-rows", type=int, default=200_000)
+    args = parser.parse_args()
+    path = os.path.join(tempfile.mkdtemp(prefix="sparktf-bench-"), "mlp")
+    export_mlp(path)
+    single = single_process(path, args.rows)
+    ours = sparktf_rates(path, args.rows)
+    pbu = pbu_rates(path, args.rows)
+    tfos = tfos_rates(path, args.tfos_rows) if args.tfos_rows else [float("nan")] * 2
+
+    print(f"\ninference, MLP 28-256-256-1 SavedModel, {args.rows:,} rows "
+          f"(TensorFlowOnSpark on {args.tfos_rows:,}), rows/s")
+    print(f"  {'':34}{'cold':>12}{'warm':>12}")
+    print(f"  {'single process, 4096-row batches':34}{'':>12}{single:12,.0f}")
+    for name, (cold, warm) in (("sparktf TFModel.transform", ours),
+                               ("Spark predict_batch_udf", pbu),
+                               ("tensorflowonspark 2.2.5 TFModel", tfos)):
+        print(f"  {name:34}{cold:12,.0f}{warm:12,.0f}")
+    print(f"\n  sparktf / predict_batch_udf   cold {ours[0] / pbu[0]:5.2f}x  warm "
+          f"{ours[1] / pbu[1]:5.2f}x  (target >= 1.0)")
+    print(f"  sparktf / tensorflowonspark   cold {ours[0] / tfos[0]:5.1f}x  warm "
+          f"{ours[1] / tfos[1]:5.1f}x  (target >= 5)")
+    print(f"  sparktf / single process      warm {ours[1] / single:5.2f}x  (target >= 0.6)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

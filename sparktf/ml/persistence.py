@@ -1,0 +1,108 @@
+"""Saving and loading ``TFEstimator`` and ``TFModel`` the pyspark.ml way.
+
+Each stage folder holds pyspark's ``DefaultParamsWriter`` metadata (JSON Params,
+so ``Pipeline`` and ``CrossValidator`` persistence work unchanged) plus its
+artifacts: the SavedModel for a model, cloudpickled ``modelFn``/``callbacks``
+for an estimator. The metadata records a format version, checked on load.
+"""
+
+from __future__ import annotations
+
+import cloudpickle
+from pyspark.ml.util import DefaultParamsReader, DefaultParamsWriter, MLReader, MLWriter
+
+import sparktf
+from sparktf.errors import InvalidInputError
+from sparktf.runtime import storage
+
+FORMAT_VERSION = 1
+MODEL_DIR = "savedmodel"
+CALLABLES_FILE = "callables.pkl"
+_NOT_JSON = ("modelFn", "callbacks")  # saved beside the metadata, pickled
+
+
+def _json_params(instance) -> dict:
+    return {p.name: v for p, v in instance._paramMap.items() if p.name not in _NOT_JSON}
+
+
+def _extra() -> dict:
+    return {"sparktfFormat": FORMAT_VERSION, "sparktfVersion": sparktf.__version__}
+
+
+def _check_format(metadata: dict, path: str) -> None:
+    found = metadata.get("sparktfFormat")
+    if found != FORMAT_VERSION:
+        raise InvalidInputError(
+            f"The stage at {path} was saved by sparktf {metadata.get('sparktfVersion', '?')} "
+            f"in format {found}; this sparktf {sparktf.__version__} reads format "
+            f"{FORMAT_VERSION}. Load it with the sparktf version that saved it, or retrain.")
+
+
+def _load_params(instance, metadata: dict) -> None:
+    DefaultParamsReader.getAndSetParams(instance, metadata)
+
+
+class TFModelWriter(MLWriter):
+    """Writes a ``TFModel``: Params metadata and a copy of its SavedModel."""
+
+    def __init__(self, instance):
+        super().__init__()
+        self.instance = instance
+
+    def saveImpl(self, path: str) -> None:
+        DefaultParamsWriter.saveMetadata(self.instance, path, self.sc, extraMetadata=_extra(),
+                                         paramMap=_json_params(self.instance))
+        storage.copy_dir(self.instance.getModelPath(), storage.join(path, MODEL_DIR))
+
+
+class TFModelReader(MLReader):
+    """Reads a ``TFModel`` saved by ``TFModelWriter``; its modelPath is the saved copy."""
+
+    def __init__(self, cls):
+        super().__init__()
+        self.cls = cls
+
+    def load(self, path: str):
+        metadata = DefaultParamsReader.loadMetadata(path, self.sc)
+        _check_format(metadata, path)
+        instance = self.cls()
+        instance._resetUid(metadata["uid"])
+        _load_params(instance, metadata)
+        instance._set(modelPath=storage.join(path, MODEL_DIR))
+        return instance
+
+
+class TFEstimatorWriter(MLWriter):
+    """Writes a ``TFEstimator``: JSON Params metadata and its pickled modelFn/callbacks."""
+
+    def __init__(self, instance):
+        super().__init__()
+        self.instance = instance
+
+    def saveImpl(self, path: str) -> None:
+        from sparktf import launcher
+        DefaultParamsWriter.saveMetadata(self.instance, path, self.sc, extraMetadata=_extra(),
+                                         paramMap=_json_params(self.instance))
+        callables = {name: self.instance.getOrDefault(name) for name in _NOT_JSON
+                     if self.instance.isSet(name)}
+        with launcher._by_value([callables.get("modelFn"), *callables.get("callbacks", [])]):
+            blob = cloudpickle.dumps(callables)
+        storage.write_bytes(storage.join(path, CALLABLES_FILE), blob)
+
+
+class TFEstimatorReader(MLReader):
+    """Reads a ``TFEstimator`` saved by ``TFEstimatorWriter``."""
+
+    def __init__(self, cls):
+        super().__init__()
+        self.cls = cls
+
+    def load(self, path: str):
+        metadata = DefaultParamsReader.loadMetadata(path, self.sc)
+        _check_format(metadata, path)
+        instance = self.cls()
+        instance._resetUid(metadata["uid"])
+        _load_params(instance, metadata)
+        callables = cloudpickle.loads(storage.read_bytes(storage.join(path, CALLABLES_FILE)))
+        instance._set(**callables)
+        return instance

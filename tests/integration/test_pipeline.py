@@ -1,0 +1,122 @@
+"""pyspark.ml citizenship: Pipeline, persistence, CrossValidator, TrainValidationSplit."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+from pyspark.ml import Pipeline, PipelineModel
+from pyspark.ml.evaluation import MulticlassClassificationEvaluator
+from pyspark.ml.feature import StandardScaler, VectorAssembler
+from pyspark.ml.tuning import (CrossValidator, CrossValidatorModel, ParamGridBuilder,
+                               TrainValidationSplit)
+
+import sparktf
+from sparktf.ml import TFEstimator, TFModel
+from tests.integration import data, models
+
+pytestmark = pytest.mark.timeout(900)
+PIXELS = [f"p{i}" for i in range(64)]
+
+
+@pytest.fixture(scope="module")
+def digits(spark):
+    Xtr, Xte, ytr, yte = data.digits_split()
+    schema = ", ".join(f"{c} double" for c in PIXELS) + ", label long"
+
+    def frame(X, y):
+        return spark.createDataFrame([[*map(float, x), int(t)] for x, t in zip(X, y)], schema)
+    return frame(Xtr, ytr).cache(), frame(Xte, yte).cache()
+
+
+def _pipeline(**est_params):
+    return Pipeline(stages=[
+        VectorAssembler(inputCols=PIXELS, outputCol="raw"),
+        StandardScaler(inputCol="raw", outputCol="features"),
+        TFEstimator(modelFn=models.digits_mlp, numWorkers=2, batchSize=64, **est_params)])
+
+
+def _predictions(model, df):
+    rows = model.transform(df).select("prediction", "probability").collect()
+    return np.array([r.prediction for r in rows]), np.array([r.probability for r in rows])
+
+
+@pytest.mark.parametrize("uri", [False, True])
+def test_pipeline_fits_saves_and_reloads_with_identical_predictions(spark, digits, tmp_path,
+                                                                    uri):
+    train, test = digits
+    fitted = _pipeline(epochs=8, learningRate=3e-3).fit(train)
+    accuracy = MulticlassClassificationEvaluator(metricName="accuracy").evaluate(
+        fitted.transform(test))
+    assert accuracy > 0.9
+    path = f"file://{tmp_path}/pipeline" if uri else str(tmp_path / "pipeline")
+    fitted.write().overwrite().save(path)
+    loaded = PipelineModel.load(path)
+    tf_stage = loaded.stages[-1]
+    assert isinstance(tf_stage, TFModel)
+    assert tf_stage.getModelPath().startswith(path)  # the SavedModel lives in the stage
+    assert tf_stage.getHistory() == fitted.stages[-1].getHistory()
+    before, after = _predictions(fitted, test), _predictions(loaded, test)
+    np.testing.assert_array_equal(before[0], after[0])
+    np.testing.assert_array_equal(before[1], after[1])
+
+
+def test_unfitted_pipeline_and_estimator_round_trip(spark, tmp_path):
+    pipeline = _pipeline(epochs=2, learningRate=0.01, hyperParams={"units": 16})
+    pipeline.write().overwrite().save(str(tmp_path / "unfitted"))
+    loaded = Pipeline.load(str(tmp_path / "unfitted"))
+    est = loaded.getStages()[-1]
+    assert isinstance(est, TFEstimator)
+    assert (est.getEpochs(), est.getLearningRate(), est.getHyperParams(), est.getNumWorkers()) \
+        == (2, 0.01, {"units": 16}, 2)
+    model = est.getModelFn()(est.hparams())  # the pickled modelFn still builds the model
+    assert model.count_params() > 0 and model.optimizer is not None
+    original = pipeline.getStages()[-1]
+    assert est.uid == original.uid
+
+
+def test_cross_validator_picks_the_better_learning_rate_and_reloads(spark, digits, tmp_path):
+    train, test = digits
+    est = TFEstimator(modelFn=models.digits_mlp, featuresCol="features", numWorkers=2,
+                      epochs=4, batchSize=64)
+    assembled = VectorAssembler(inputCols=PIXELS, outputCol="features")
+    grid = ParamGridBuilder().addGrid(est.learningRate, [1e-5, 3e-3]).build()
+    cv = CrossValidator(estimator=est, estimatorParamMaps=grid, numFolds=2, parallelism=2,
+                        evaluator=MulticlassClassificationEvaluator(metricName="accuracy"),
+                        seed=7)
+    cv_model = cv.fit(assembled.transform(train))
+    assert cv_model.avgMetrics[1] > cv_model.avgMetrics[0] + 0.2
+    best = cv_model.bestModel
+    assert isinstance(best, TFModel)
+    cv_model.write().overwrite().save(str(tmp_path / "cv"))
+    loaded = CrossValidatorModel.load(str(tmp_path / "cv"))
+    assert loaded.avgMetrics == pytest.approx(cv_model.avgMetrics)
+    scored = loaded.transform(assembled.transform(test))
+    assert MulticlassClassificationEvaluator(metricName="accuracy").evaluate(scored) > 0.85
+    loaded_est = loaded.getEstimator()
+    assert isinstance(loaded_est, TFEstimator) and loaded_est.getModelFn() is not None
+
+
+def test_train_validation_split_over_hyper_params(spark, digits):
+    train, _ = digits
+    est = TFEstimator(modelFn=models.digits_sized, numWorkers=2, epochs=3, batchSize=64,
+                      learningRate=3e-3)
+    grid = ParamGridBuilder().addGrid(est.hyperParams, [{"units": 2}, {"units": 64}]).build()
+    tvs = TrainValidationSplit(estimator=est, estimatorParamMaps=grid, trainRatio=0.75,
+                               evaluator=MulticlassClassificationEvaluator(metricName="accuracy"),
+                               seed=3)
+    model = tvs.fit(VectorAssembler(inputCols=PIXELS, outputCol="features").transform(train))
+    assert model.validationMetrics[1] > model.validationMetrics[0]
+
+
+def test_a_model_saved_in_another_format_is_refused_clearly(spark, tmp_path):
+    path = str(tmp_path / "m")
+    TFModel(modelPath=str(tmp_path)).write  # constructible; now fake an old save
+    os.makedirs(os.path.join(path, "metadata"))
+    meta = {"class": "sparktf.ml.model.TFModel", "timestamp": 0, "sparkVersion": spark.version,
+            "uid": "TFModel_x", "paramMap": {}, "defaultParamMap": {}, "sparktfFormat": 99,
+            "sparktfVersion": "9.0.0"}
+    with open(os.path.join(path, "metadata", "part-00000"), "w") as f:
+        f.write(json.dumps(meta))
+    with pytest.raises(sparktf.InvalidInputError, match="saved by sparktf 9.0.0 in format 99"):
+        TFModel.load(path)
