@@ -59,6 +59,7 @@ def single_process(path: str, rows: int) -> float:
 
 def _with_session(rows, make_scored, column):
     from pyspark.sql import functions as F
+    from pyspark.sql.types import NumericType
 
     from sparktf.cluster_check import ensure_executor_python
 
@@ -68,12 +69,17 @@ def _with_session(rows, make_scored, column):
         df = common.higgs_like(spark, rows).select("features").cache()
         assert df.count() == rows
         scored = make_scored(spark, df)
+        value = F.col(column)
+        if not isinstance(scored.schema[column].dataType, NumericType):
+            value = value[0]  # tensorflowonspark returns [N, 1] outputs as arrays
         rates = []
         for _ in range(2):  # cold, then warm
-            out, seconds = common.timed(lambda: scored.agg(F.count(column), F.sum(column))
+            out, seconds = common.timed(lambda: scored.agg(F.count(value), F.sum(value))
                                         .collect())
             assert out[0][0] == rows
             rates.append(rows / seconds)
+        print(f"measured {make_scored.__qualname__}: cold {rates[0]:,.0f} rows/s, warm "
+              f"{rates[1]:,.0f} rows/s", flush=True)
         return rates
     finally:
         spark.stop()

@@ -1,0 +1,26 @@
+"""The notebook in notebooks/ runs top to bottom (its own cells assert what they show)."""
+
+import os
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+NOTEBOOKS = os.path.join(os.path.dirname(__file__), "..", "..", "notebooks")
+
+pytestmark = pytest.mark.timeout(900)
+
+
+@pytest.mark.parametrize("name", sorted(n for n in os.listdir(NOTEBOOKS) if n.endswith(".ipynb")))
+def test_notebook_executes(name, tmp_path):
+    with open(os.path.join(NOTEBOOKS, name)) as f:
+        notebook = nbformat.read(f, as_version=4)
+    client = NotebookClient(notebook, timeout=600, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()
+    outputs = [o for cell in notebook.cells if cell.cell_type == "code"
+               for o in cell.get("outputs", [])]
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+    text = "".join(o.get("text", "") for o in outputs)
+    assert "test accuracy: 0.9" in text
+    assert "identical predictions after reload: True" in text
