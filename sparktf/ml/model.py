@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import functools
-from typing import Iterator
+from typing import Iterator, Tuple
 
 from pyspark import keyword_only
 from pyspark.ml import Model
@@ -89,13 +88,17 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
             if field.name in dataset.columns:
                 raise InvalidInputError(f"The output column '{field.name}' already exists in "
                                         "the DataFrame; choose another column name.")
-        out_schema = T.StructType(dataset.schema.fields + fields)
         cluster_check.ensure_executor_python(dataset.sparkSession.sparkContext)
-        scored = dataset.mapInArrow(functools.partial(inference.score_batches, spec),
-                                    out_schema)
-        for column in vector_columns:
-            scored = scored.withColumn(column, array_to_vector(column))
-        return scored
+        score = _arrow_udf(spec, T.StructType(fields),
+                           lambda names, arrays: pa_struct(names, arrays))
+        scored = dataset.withColumn(_OUTPUTS, score(*[dataset[b.column] for b in spec.inputs]))
+        columns = [scored[c] for c in dataset.columns]
+        for field in fields:
+            value = scored[_OUTPUTS][field.name]
+            if field.name in vector_columns:
+                value = array_to_vector(value)
+            columns.append(value.alias(field.name))
+        return scored.select(*columns)
 
     def udf(self):
         """A column function giving ``predictionCol``'s value (or the single mapped output).
@@ -104,34 +107,20 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
         ``spark.udf.register("tf_predict", model.udf())``.
         """
         from pyspark.sql import SparkSession
-        from pyspark.sql.functions import pandas_udf
 
         spec = self._score_spec(None)
         if spec.prediction is not None:
             return_type, take = T.DoubleType(), spec.prediction.prediction
         elif len(spec.outputs) == 1 and spec.outputs[0].per_row == "scalar":
-            return_type, take = _SPARK_TYPES.get(spec.outputs[0].dtype, T.DoubleType()), \
-                spec.outputs[0].column
+            return_type = _SPARK_TYPES.get(spec.outputs[0].dtype, T.DoubleType())
+            take = spec.outputs[0].column
         else:
             raise InvalidInputError("udf() returns one value per row: the model needs a single "
                                     "output or an outputMapping with one scalar output.")
         session = SparkSession.getActiveSession()
         if session is not None:
             cluster_check.ensure_executor_python(session.sparkContext)
-        score = functools.partial(_score_series, spec, take)
-        n = len(spec.inputs)
-        if n == 1:
-            def predict(batches: Iterator["pd.Series"]) -> Iterator["pd.Series"]:  # noqa: F821
-                for series in batches:
-                    yield score((series,))
-        else:
-            def predict(batches: Iterator[tuple["pd.Series", ...]]  # noqa: F821
-                        ) -> Iterator["pd.Series"]:  # noqa: F821
-                for columns in batches:
-                    yield score(columns)
-        import pandas as pd  # noqa: F401  (resolves the type hints above)
-        predict.__annotations__ = _annotations(n)
-        return pandas_udf(predict, return_type)
+        return _arrow_udf(spec, return_type, lambda names, arrays: arrays[names.index(take)])
 
     def _score_spec(self, df_schema: T.StructType | None) -> inference.ScoreSpec:
         """Bindings of columns to signature inputs and outputs to columns, checked."""
@@ -223,27 +212,30 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
         return fields, vectors
 
 
-def _annotations(n: int) -> dict:
-    import pandas as pd
-    from typing import Iterator as It, Tuple
-    if n == 1:
-        return {"batches": It[pd.Series], "return": It[pd.Series]}
-    return {"batches": It[Tuple[(pd.Series,) * n]], "return": It[pd.Series]}
+_OUTPUTS = "__sparktf_outputs__"
 
 
-def _score_series(spec: inference.ScoreSpec, take: str, columns) -> "pd.Series":  # noqa: F821
-    """Scores pandas columns (one per signature input) for the SQL UDF."""
-    import pandas as pd
+def pa_struct(names, arrays):
+    """The outputs as one struct column (the UDF's single return value)."""
     import pyarrow as pa
+    return pa.StructArray.from_arrays(arrays, names=names)
 
-    arrays, names = [], []
-    for binding, values in zip(spec.inputs, columns):
-        if isinstance(values, pd.DataFrame):  # a struct: an ml Vector
-            table = pa.Table.from_pandas(values, preserve_index=False)
-            arrays.append(table.to_struct_array().combine_chunks())
-        else:
-            arrays.append(pa.Array.from_pandas(values))
-        names.append(binding.column)
-    batch = pa.RecordBatch.from_arrays(arrays, names=names)
-    out = next(inference.score_batches(spec, iter([batch])))
-    return out.column(take).to_pandas()
+
+def _arrow_udf(spec: inference.ScoreSpec, return_type, pick):
+    """An iterator Arrow UDF scoring ``spec.inputs``; ``pick(names, arrays)`` forms its result."""
+    import pyarrow as pa
+    from pyspark.sql.functions import arrow_udf
+
+    def score(batches):
+        columns = ((a,) if isinstance(a, (pa.Array, pa.ChunkedArray)) else a for a in batches)
+        for struct in inference.score_arrays(spec, columns):
+            names = [struct.type.field(i).name for i in range(struct.type.num_fields)]
+            yield pick(names, [struct.field(i) for i in range(len(names))])
+
+    n = len(spec.inputs)
+    if n == 1:
+        score.__annotations__ = {"batches": Iterator[pa.Array], "return": Iterator[pa.Array]}
+    else:
+        score.__annotations__ = {"batches": Iterator[Tuple[(pa.Array,) * n]],
+                                 "return": Iterator[pa.Array]}
+    return arrow_udf(score, return_type)

@@ -1,8 +1,9 @@
 """Scoring Arrow batches with a SavedModel signature, one loaded model per Python worker.
 
-``score_batches`` is the ``mapInArrow`` function of ``TFModel.transform``: it
-keeps every input column and appends the outputs. Rows whose inputs are null
-are kept, with null outputs. Prediction post-processing (arg-max, probability
+``score_arrays`` is the Arrow UDF of ``TFModel.transform`` and ``TFModel.udf``:
+it receives only the input columns and returns only the outputs (the JVM keeps
+the other columns, so they never make a round trip through Python). Rows whose
+inputs are null keep null outputs. Prediction post-processing (arg-max, probability
 vectors) is plain numpy in ``classify``.
 """
 
@@ -167,16 +168,21 @@ def _set_devices(use_gpu) -> None:
     os.environ.setdefault("TF_NUM_INTEROP_THREADS", "1")
 
 
-def score_batches(spec: ScoreSpec, batches: Iterator[pa.RecordBatch]
-                  ) -> Iterator[pa.RecordBatch]:
-    """The ``mapInArrow`` function of ``TFModel.transform``."""
+def score_arrays(spec: ScoreSpec, columns: Iterator[Sequence[pa.Array]]
+                 ) -> Iterator[pa.Array]:
+    """The Arrow UDF behind ``TFModel.transform``: input columns in, a struct of outputs out.
+
+    ``columns`` yields, per Arrow batch, one array per ``spec.inputs`` binding.
+    """
     _set_devices(spec.use_gpu)
     fn = None
-    for batch in batches:
+    for arrays in columns:
+        batch = pa.RecordBatch.from_arrays(list(arrays), names=[b.column for b in spec.inputs])
         if batch.num_rows and fn is None:
             fn = ModelCache.get(spec.model_path, spec.signature)
         outputs = run_model(fn, spec, batch) if batch.num_rows else {}
-        yield append_outputs(batch, spec, outputs)
+        names, values = output_arrays(batch.num_rows, spec, outputs)
+        yield pa.StructArray.from_arrays(values, names=names)
 
 
 def valid_rows(batch: pa.RecordBatch, columns: Sequence[str]) -> np.ndarray:
@@ -217,12 +223,11 @@ def _shaped(arr: np.ndarray, binding: InputBinding) -> np.ndarray:
     return arr.astype(binding.dtype, copy=False)
 
 
-def append_outputs(batch: pa.RecordBatch, spec: ScoreSpec, outputs: dict) -> pa.RecordBatch:
-    """The input batch with output columns appended (nulls where inputs were null)."""
-    n = batch.num_rows
+def output_arrays(n: int, spec: ScoreSpec, outputs: dict) -> tuple[list, list]:
+    """(names, arrays) of the output columns for ``n`` rows, null where inputs were null."""
     valid = outputs.get("valid", np.zeros(n, dtype=bool))
     values = outputs.get("values", {})
-    arrays, names = list(batch.columns), list(batch.schema.names)
+    names, arrays = [], []
     for b in spec.outputs:
         width = 1 if b.per_row == "scalar" else None
         arrays.append(_column(values.get(b.output_name), valid, n, width, b.dtype))
@@ -238,7 +243,7 @@ def append_outputs(batch: pa.RecordBatch, spec: ScoreSpec, outputs: dict) -> pa.
             if column:
                 arrays.append(_column(value, valid, n, None, "float64"))
                 names.append(column)
-    return pa.RecordBatch.from_arrays(arrays, names=names)
+    return names, arrays
 
 
 def _column(values, valid: np.ndarray, n: int, width: int | None, dtype: str) -> pa.Array:
