@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence
 
 import cloudpickle
 
-from sparktf import cluster_check
+from sparktf import cluster_check, failures
 from sparktf.channel import EventServer
 from sparktf.errors import (ClusterFormationError, ExecutorEnvironmentError, InvalidInputError,
                             JobTimeoutError, SparkTFError, TaskFailedError)
@@ -310,7 +310,7 @@ class _EventCollector:
 def _translate(exc: Exception, errors: dict[int, dict], what: str) -> SparkTFError:
     """The most useful sparktf error for a failed barrier stage."""
     if errors:
-        first = min(errors)  # lowest failing rank; every rank's story is in the log
+        first = failures.primary_failure(errors)  # the root cause; the others are logged
         info = errors[first]
         for rank, other in sorted(errors.items()):
             if rank != first:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import tempfile
+import time
+import uuid
 
 from pyspark import keyword_only
 from pyspark.ml import Estimator
@@ -11,8 +14,8 @@ from pyspark.ml.util import MLReadable, MLWritable
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from sparktf import launcher
-from sparktf.errors import InvalidInputError
+from sparktf import failures, launcher
+from sparktf.errors import InvalidInputError, SparkTFError
 from sparktf.ml import schema
 from sparktf.ml.model import TFModel
 from sparktf.ml.params import _TFEstimatorParams, add_setters
@@ -90,21 +93,30 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
 
     def _fit(self, dataset: DataFrame) -> TFModel:
         self._validate(dataset)
-        model_dir = self._model_dir(dataset.sparkSession.sparkContext.master)
-        spec = self._train_spec(model_dir)
+        run_dir = self._run_dir(dataset.sparkSession.sparkContext.master)
+        spec = self._train_spec(run_dir)
         payload = launcher.pickle_main(training.train_main, spec,
                                        by_value=[spec.model_fn, *spec.callbacks])
         frame, columns, split = self._training_frame(dataset)
-        progress = EpochProgress()
-        try:
-            results = launcher.launch(
-                dataset.sparkSession, payload,
-                num_workers=self.getNumWorkers(), num_ps=self.getNumPs(), df=frame,
-                columns=columns, split_column=split, use_gpu=self.getUseGpu(),
-                model_dir=model_dir, on_event=progress, what="TFEstimator.fit")
-        finally:
-            progress.finish()
-        return self._make_model(results[0])
+        policy = failures.FailurePolicy(self.getMaxRetries())
+        for retries in itertools.count():
+            progress = EpochProgress()
+            try:
+                results = launcher.launch(
+                    dataset.sparkSession, payload, num_workers=self.getNumWorkers(),
+                    num_ps=self.getNumPs(), df=frame, columns=columns, split_column=split,
+                    use_gpu=self.getUseGpu(), model_dir=run_dir, on_event=progress,
+                    what="TFEstimator.fit")
+                return self._make_model(results[0])
+            except SparkTFError as failure:
+                decision = policy.decide(failure, retries)
+                if not decision.retry:
+                    raise
+                logger.warning("sparktf: training attempt %d failed: %s. Relaunching from the "
+                               "last checkpoint (%s).", retries + 1,
+                               str(failure).splitlines()[0], decision.reason)
+            finally:
+                progress.finish()
 
     def _validate(self, dataset: DataFrame) -> None:
         if self.getModelFn() is None:
@@ -125,6 +137,17 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
         if self.isSet(self.validationCol):
             schema.check_feedable(dataset.schema, [self.getValidationCol()], "validation")
 
+    def _run_dir(self, master: str) -> str:
+        """This fit's own folder under modelDir: its export and checkpoints.
+
+        Fits sharing a modelDir (CrossValidator, repeated fits) never overwrite
+        each other or resume each other's checkpoints; a relaunch of this fit does.
+        """
+        name = f"fit-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        run_dir = storage.join(self._model_dir(master), name)
+        logger.info("sparktf: this fit writes its model and checkpoints to %s", run_dir)
+        return run_dir
+
     def _model_dir(self, master: str) -> str:
         if self.isSet(self.modelDir):
             uri = self.getModelDir()
@@ -139,9 +162,7 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                 "Set modelDir to a location the driver and every executor can reach "
                 "(hdfs://, s3a://, a shared mount) on a cluster master. "
                 f"Received: modelDir unset with master={master!r}")
-        path = tempfile.mkdtemp(prefix="sparktf-model-")
-        logger.info("sparktf: modelDir not set; the model goes to %s", path)
-        return path
+        return tempfile.mkdtemp(prefix="sparktf-model-")
 
     def _train_spec(self, model_dir: str) -> training.TrainSpec:
         return training.TrainSpec(

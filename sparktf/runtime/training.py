@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from sparktf.runtime import feed, keras_steps, storage
+from sparktf.runtime import checkpoint, feed, keras_steps, storage
 
 EXPORT_DIR = "export"
 SAVED_MODEL = "saved_model"
@@ -62,8 +62,14 @@ def train_main(spec: TrainSpec, ctx) -> dict | None:
     with strategy.scope():
         model = spec.model_fn(dict(spec.hparams))
         keras_steps.check_compiled(model)
+        model.optimizer.build(model.trainable_variables)
+    found = checkpoint.latest(spec.model_dir)
+    if found:
+        checkpoint.restore(model, spec.model_dir, found)
+        print(f"sparktf: resuming after epoch {found['epoch']} from the last checkpoint",
+              flush=True)
     loop = _EpochLoop(spec, ctx, strategy, model)
-    history = loop.fit()
+    history = loop.fit(found["epoch"] if found else 0, found["history"] if found else {})
     exported, input_names = _export(model, spec, ctx)
     if not ctx.isChief:
         return None
@@ -89,10 +95,11 @@ class _EpochLoop:
         self.callbacks = _callback_list(spec.callbacks, model, spec.epochs, self.steps)
         self.rows_trained = 0
 
-    def fit(self) -> dict[str, list[float]]:
-        history: dict[str, list[float]] = collections.defaultdict(list)
+    def fit(self, first_epoch: int = 0, history: dict | None = None) -> dict[str, list[float]]:
+        """Runs epochs ``first_epoch`` .. ``epochs - 1``, checkpointing after each one."""
+        history = collections.defaultdict(list, {k: list(v) for k, v in (history or {}).items()})
         self.callbacks.on_train_begin()
-        for epoch in range(self.spec.epochs):
+        for epoch in range(first_epoch, self.spec.epochs):
             started = time.monotonic()
             self.callbacks.on_epoch_begin(epoch)
             logs = self._train_epoch(epoch)
@@ -101,6 +108,8 @@ class _EpochLoop:
             self.callbacks.on_epoch_end(epoch, logs)
             for key, value in logs.items():
                 history[key].append(value)
+            checkpoint.save(self.model, self.spec.model_dir, epoch + 1, dict(history),
+                            self.ctx.isChief)
             self._report(epoch, logs, time.monotonic() - started)
             if getattr(self.model, "stop_training", False):
                 break

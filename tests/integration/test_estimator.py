@@ -32,14 +32,16 @@ def test_regression_from_vectors_converges_to_known_coefficients(spark, tmp_path
                       learningRate=0.05, modelDir=str(tmp_path / "m"))
     model = est.fit(df)
     assert isinstance(model, TFModel)
-    kernel, bias = keras.saving.load_model(tmp_path / "m" / "export" / "model.keras").get_weights()
+    export = os.path.dirname(model.getModelPath())
+    assert export.startswith(str(tmp_path / "m" / "fit-")) and export.endswith("export")
+    kernel, bias = keras.saving.load_model(os.path.join(export, "model.keras")).get_weights()
     np.testing.assert_allclose(kernel[:, 0], data.COEFFICIENTS, atol=0.05)
     assert abs(bias[0] - data.INTERCEPT) < 0.05
     history = model.getHistory()
     assert set(history) == {"loss", "mae"} and len(history["loss"]) == 40
     assert history["loss"][-1] < history["loss"][0] / 100
     assert _epoch_rows(caplog) == [2000] * 40  # every row, every epoch
-    assert os.path.isdir(tmp_path / "m" / "export" / "saved_model")
+    assert os.path.isdir(os.path.join(export, "saved_model"))
 
 
 def test_digits_accuracy_matches_single_process_training(spark):

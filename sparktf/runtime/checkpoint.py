@@ -1,0 +1,94 @@
+"""Per-epoch checkpoints under ``modelDir/checkpoints``, committed atomically.
+
+A checkpoint is a folder ``epoch-NNNNN`` holding the model's and optimizer's
+variables (``tf.train.Checkpoint``) and ``state.json`` (epochs done, history so
+far). It counts only once ``latest.json`` names it, and that pointer is
+replaced in one step after the folder is complete: a checkpoint cut off half
+way is never loaded, and the previous one stays valid.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import uuid
+
+from sparktf.runtime import storage
+
+CHECKPOINTS = "checkpoints"
+POINTER = "latest.json"
+STATE = "state.json"
+VARIABLES = "variables"
+KEEP = 2  # checkpoints kept; older ones are removed after a new one is committed
+
+
+def _root(model_dir: str) -> str:
+    return storage.join(model_dir, CHECKPOINTS)
+
+
+def latest(model_dir: str) -> dict | None:
+    """``{"epoch": n, "dir": name, "history": {...}}`` of the newest committed checkpoint."""
+    pointer = storage.join(_root(model_dir), POINTER)
+    if not storage.exists(pointer):
+        return None
+    ref = json.loads(storage.read_bytes(pointer))
+    state = json.loads(storage.read_bytes(storage.join(_root(model_dir), ref["dir"], STATE)))
+    return {**state, "dir": ref["dir"]}
+
+
+def save(model, model_dir: str, epoch: int, history: dict, is_chief: bool) -> None:
+    """Writes the checkpoint after ``epoch`` epochs; only the chief's copy is committed.
+
+    Every worker writes (TensorFlow expects all workers to take part under
+    MultiWorkerMirroredStrategy); the others write to a scratch folder.
+    """
+    import tensorflow as tf
+
+    name = f"epoch-{epoch:05d}"
+    with tempfile.TemporaryDirectory(prefix="sparktf-ckpt-") as local:
+        tf.train.Checkpoint(model=model, optimizer=model.optimizer).write(
+            os.path.join(local, VARIABLES))
+        with open(os.path.join(local, STATE), "w") as f:
+            json.dump({"epoch": epoch, "history": history}, f)
+        if not is_chief:
+            return
+        storage.put_dir(local, storage.join(_root(model_dir), name))
+    _commit(model_dir, name)
+    _prune(model_dir, epoch)
+
+
+def _commit(model_dir: str, name: str) -> None:
+    """Points ``latest.json`` at ``name`` in one atomic step."""
+    data = json.dumps({"dir": name}).encode()
+    pointer = storage.join(_root(model_dir), POINTER)
+    if storage.is_local(pointer):
+        path = storage.local_path(pointer)
+        scratch = f"{path}.{uuid.uuid4().hex}.tmp"
+        with open(scratch, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(scratch, path)
+    else:  # object stores replace a whole object on write
+        storage.write_bytes(pointer, data)
+
+
+def _prune(model_dir: str, epoch: int) -> None:
+    root = _root(model_dir)
+    if not storage.is_local(root):
+        return
+    import shutil
+    for entry in os.listdir(storage.local_path(root)):
+        if entry.startswith("epoch-") and int(entry[6:]) <= epoch - KEEP:
+            shutil.rmtree(os.path.join(storage.local_path(root), entry), ignore_errors=True)
+
+
+def restore(model, model_dir: str, found: dict) -> None:
+    """Loads the model's and optimizer's variables from the checkpoint ``found``."""
+    import tensorflow as tf
+
+    with tempfile.TemporaryDirectory(prefix="sparktf-ckpt-") as scratch:
+        local = storage.get_dir(storage.join(_root(model_dir), found["dir"]), scratch)
+        tf.train.Checkpoint(model=model, optimizer=model.optimizer).read(
+            os.path.join(local, VARIABLES)).assert_existing_objects_matched()

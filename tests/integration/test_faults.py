@@ -1,0 +1,147 @@
+"""Fault injection on local-cluster: killed workers, raising user code, a lost executor."""
+
+import json
+import logging
+import os
+import signal
+import time
+
+import keras
+import pytest
+
+import sparktf
+from sparktf.ml import TFEstimator
+from tests.conftest import child_pids, wait_gone
+from tests.integration import data, models
+
+pytestmark = pytest.mark.timeout(600)
+EPOCHS = 4
+
+
+def _rank() -> int:
+    return json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+
+
+class KillOnce(keras.callbacks.Callback):
+    """SIGKILLs rank 1's process when epoch ``at`` begins, on the first attempt only.
+
+    Every attempt records the epochs it began, so the test can see where a relaunch
+    resumed.
+    """
+
+    def __init__(self, folder, at=2):
+        super().__init__()
+        self.folder, self.at = folder, at
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if _rank() != 1:
+            return
+        second = os.path.exists(os.path.join(self.folder, "killed"))
+        with open(os.path.join(self.folder, f"begun-{int(second)}-{epoch}"), "w"):
+            pass
+        if epoch == self.at and not second:
+            open(os.path.join(self.folder, "killed"), "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+class RaiseOn(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        if _rank() == 1 and epoch == 1:
+            raise RuntimeError("callback exploded on purpose")
+
+
+def broken_model_fn(hparams):
+    raise KeyError("no such layer config")
+
+
+def _frame(spark):
+    X, y = data.linear_rows(400)
+    return spark.createDataFrame(data.rows(X, y), "features array<double>, label double")
+
+
+def test_a_killed_worker_is_relaunched_and_resumes_from_the_last_checkpoint(spark, tmp_path,
+                                                                            caplog):
+    caplog.set_level(logging.INFO, logger="sparktf")
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    est = TFEstimator(modelFn=models.linear, numWorkers=2, epochs=EPOCHS, batchSize=32,
+                      learningRate=0.05, maxRetries=1, modelDir=str(tmp_path / "m"),
+                      callbacks=[KillOnce(str(marks))])
+    history = est.fit(_frame(spark)).getHistory()
+    assert len(history["loss"]) == EPOCHS  # complete and continuous
+    assert history["loss"][-1] < history["loss"][0]
+    begun = sorted(os.listdir(marks))
+    assert "begun-1-0" not in begun and "begun-1-1" not in begun  # done epochs not repeated
+    assert [b for b in begun if b.startswith("begun-1-")] == ["begun-1-2", "begun-1-3"]
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("Relaunching from the last checkpoint" in m and "rank 1" in m
+               for m in messages), messages
+    assert any("resuming after epoch 2" in m for m in messages)
+
+
+def test_without_retries_a_killed_worker_fails_clearly_and_promptly(spark, tmp_path):
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    est = TFEstimator(modelFn=models.linear, numWorkers=2, epochs=EPOCHS, batchSize=32,
+                      maxRetries=0, callbacks=[KillOnce(str(marks), at=1)])
+    started = time.monotonic()
+    with pytest.raises(sparktf.TaskFailedError) as info:
+        est.fit(_frame(spark))
+    assert time.monotonic() - started < 180
+    assert info.value.rank == 1 and "before reporting a result" in info.value.message
+    assert wait_gone(child_pids()) == []
+
+
+def test_an_exception_in_model_fn_surfaces_with_rank_and_is_not_retried(spark, caplog):
+    caplog.set_level(logging.WARNING, logger="sparktf")
+    est = TFEstimator(modelFn=broken_model_fn, numWorkers=2, maxRetries=2)
+    with pytest.raises(sparktf.TaskFailedError) as info:
+        est.fit(_frame(spark))
+    assert "KeyError: 'no such layer config'" in info.value.message
+    assert "broken_model_fn" in info.value.traceback_text
+    assert not any("Relaunching" in r.getMessage() for r in caplog.records)
+
+
+def test_an_exception_in_a_callback_surfaces_from_the_rank_that_raised(spark):
+    est = TFEstimator(modelFn=models.linear, numWorkers=2, epochs=3, maxRetries=1,
+                      callbacks=[RaiseOn()])
+    with pytest.raises(sparktf.TaskFailedError) as info:
+        est.fit(_frame(spark))
+    assert (info.value.rank, info.value.role) == (1, "worker:1")
+    assert "RuntimeError: callback exploded on purpose" in info.value.message
+    assert "on_epoch_end" in info.value.traceback_text
+
+
+class KillExecutorOnce(keras.callbacks.Callback):
+    """Kills the executor JVM that hosts rank 1 (child -> python worker -> daemon -> JVM)."""
+
+    def __init__(self, marker):
+        super().__init__()
+        self.marker = marker
+
+    def on_epoch_end(self, epoch, logs=None):
+        if _rank() != 1 or epoch != 0 or os.path.exists(self.marker):
+            return
+        open(self.marker, "w").close()
+        pid = os.getpid()
+        for _ in range(4):  # walk up to the JVM
+            with open(f"/proc/{pid}/status") as f:
+                pid = int(next(line for line in f if line.startswith("PPid:")).split()[1])
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"CoarseGrainedExecutorBackend" in f.read():
+                    os.kill(pid, signal.SIGKILL)
+                    return
+
+
+def test_a_lost_executor_fails_or_recovers_but_never_hangs(spark, tmp_path):
+    est = TFEstimator(modelFn=models.linear, numWorkers=2, epochs=3, batchSize=32,
+                      maxRetries=1, callbacks=[KillExecutorOnce(str(tmp_path / "killed"))])
+    started = time.monotonic()
+    try:
+        history = est.fit(_frame(spark)).getHistory()
+        assert len(history["loss"]) == 3
+    except sparktf.SparkTFError:
+        pass  # failing clearly is allowed; hanging is not
+    assert os.path.exists(tmp_path / "killed")
+    assert time.monotonic() - started < 400
+    assert sparktf.run(spark, lambda a, c: c.rank, numWorkers=2) == [0, 1]  # usable again
