@@ -143,3 +143,22 @@ class SlotGate:
             with cls._cond:
                 cls._in_use -= tasks
                 cls._cond.notify_all()
+
+
+SECURE_SETTINGS = ("spark.authenticate", "spark.network.crypto.enabled", "spark.ssl.enabled")
+ALLOW_PLAIN_TF = "spark.sparktf.allowUnauthenticatedTensorFlow"
+
+
+def check_security(conf: dict[str, str], what: str) -> None:
+    """Refuses to open TensorFlow's unauthenticated gRPC ports in a secured Spark app.
+
+    TensorFlow's cluster servers have no authentication or encryption of their own;
+    an app that turned on Spark's would silently get a weaker channel beside it.
+    """
+    secured = [k for k in SECURE_SETTINGS if conf.get(k, "false").lower() == "true"]
+    if secured and conf.get(ALLOW_PLAIN_TF, "false").lower() != "true":
+        raise ClusterCapacityError(
+            f"{what} would start TensorFlow gRPC servers, which are neither authenticated nor "
+            f"encrypted, but this application secures Spark's own traffic ({', '.join(secured)}"
+            f"=true). Run on a trusted network and set {ALLOW_PLAIN_TF}=true to accept that, "
+            "or train outside this application.")

@@ -195,6 +195,7 @@ def launch(spark, payload: bytes, *, num_workers: int, num_ps: int = 0, df=None,
     stage = _Stage(payload, num_workers, num_ps, tuple(columns), split_column,
                    str(use_gpu).lower() if isinstance(use_gpu, bool) else use_gpu,
                    model_dir, timeout, what)
+    cluster_check.check_security(dict(sc.getConf().getAll()), what)
     cluster_check.check_capacity(sc, stage.num_tasks, what)
     if use_gpu is True:
         _check_gpu_conf(sc)

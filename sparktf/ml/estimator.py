@@ -136,6 +136,7 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                                     f"validationFraction={self.getValidationFraction()}")
         if self.isSet(self.validationCol):
             schema.check_feedable(dataset.schema, [self.getValidationCol()], "validation")
+        schema.check_rows(dataset, self.featureColumns(), self.getLabelCol())
 
     def _run_dir(self, master: str) -> str:
         """This fit's own folder under modelDir: its export and checkpoints.

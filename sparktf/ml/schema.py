@@ -37,3 +37,36 @@ def check_feedable(schema: T.StructType, columns: Sequence[str], role: str = "in
                 f"The {role} column '{name}' has type {dtype.simpleString()}, which cannot be "
                 "fed to TensorFlow. Use a numeric column, array<float|double>, or an ml Vector "
                 "(e.g. from VectorAssembler); encode strings first (StringIndexer).")
+
+
+def check_rows(df, feature_columns: Sequence[str], label_column: str) -> int:
+    """One pass over the data: refuses an empty DataFrame, nulls and non-finite labels.
+
+    Returns the row count. Runs before any barrier stage starts, so bad data fails
+    in seconds with the column named, not inside a training task.
+    """
+    from pyspark.sql import functions as F
+
+    columns = list(dict.fromkeys([*feature_columns, label_column]))
+    aggregates = [F.count(F.lit(1)).alias("rows")]
+    aggregates += [F.sum(F.col(c).isNull().cast("long")).alias(f"null_{i}")
+                   for i, c in enumerate(columns)]
+    label_kind = column_kind(df.schema[label_column].dataType)
+    if label_kind == "numeric":
+        label = F.col(label_column).cast("double")
+        bad = F.isnan(label) | (F.abs(label) == float("inf"))
+        aggregates.append(F.sum(bad.cast("long")).alias("nonfinite"))
+    stats = df.agg(*aggregates).first().asDict()
+    if stats["rows"] == 0:
+        raise InvalidInputError("The DataFrame given to fit has no rows. Check the filters "
+                                "that produced it.")
+    for i, column in enumerate(columns):
+        if stats[f"null_{i}"]:
+            raise InvalidInputError(
+                f"Column '{column}' has {stats[f'null_{i}']} null value(s); sparktf does not "
+                f"train on nulls. Drop them (df.na.drop(subset=['{column}'])) or fill them.")
+    if stats.get("nonfinite"):
+        raise InvalidInputError(
+            f"The label column '{label_column}' has {stats['nonfinite']} NaN or infinite "
+            "value(s); training on them would make the loss NaN. Drop or fix those rows.")
+    return stats["rows"]

@@ -63,6 +63,7 @@ def train_main(spec: TrainSpec, ctx) -> dict | None:
         model = spec.model_fn(dict(spec.hparams))
         keras_steps.check_compiled(model)
         model.optimizer.build(model.trainable_variables)
+    _check_labels(model, spec, ctx)
     found = checkpoint.latest(spec.model_dir)
     if found:
         checkpoint.restore(model, spec.model_dir, found)
@@ -77,6 +78,24 @@ def train_main(spec: TrainSpec, ctx) -> dict | None:
     return {"history": history, "export_dir": exported, "rows": int(sum(ctx.allNumRows)),
             "input_mapping": dict(zip(spec.feature_columns, input_names)),
             "prediction_kind": kind, "from_logits": from_logits}
+
+
+def _check_labels(model, spec: TrainSpec, ctx) -> None:
+    """Refuses class labels outside the model's outputs before the first step."""
+    lows, highs, integral = [], [], True
+    for shard in (ctx.shard, ctx.validationShard):
+        if shard is None or not shard.num_rows:
+            continue
+        for chunk in feed.read_chunks(shard, [spec.label_column]):
+            labels = chunk[spec.label_column]
+            if labels.ndim != 1 or not len(labels):
+                return  # array labels: nothing to index
+            lows.append(float(labels.min()))
+            highs.append(float(labels.max()))
+            integral &= bool(np.all(np.mod(labels, 1) == 0))
+    if lows:
+        keras_steps.check_class_labels(model, min(lows), max(highs), integral,
+                                       spec.label_column)
 
 
 class _EpochLoop:

@@ -77,3 +77,11 @@ def test_event_channel_ignores_connections_without_the_secret():
 def test_event_client_without_a_driver_degrades_quietly():
     client = EventClient(None, "", rank=0)
     assert client.send({"kind": "log"}) is False
+
+
+@pytest.mark.parametrize("setting", cluster_check.SECURE_SETTINGS)
+def test_secured_spark_apps_refuse_unauthenticated_tensorflow_unless_allowed(setting):
+    with pytest.raises(sparktf.ClusterCapacityError, match=f"{setting}=true"):
+        cluster_check.check_security({setting: "true"}, "TFEstimator.fit")
+    cluster_check.check_security({setting: "true", cluster_check.ALLOW_PLAIN_TF: "true"}, "x")
+    cluster_check.check_security({}, "x")  # an unsecured app needs nothing

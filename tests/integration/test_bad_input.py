@@ -1,0 +1,124 @@
+"""Bad input is refused early (before any barrier stage where possible) and clearly."""
+
+import math
+import os
+import stat
+
+import pytest
+from pyspark.ml.linalg import Vectors
+
+import sparktf
+from sparktf.ml import TFEstimator, TFModel
+from tests.integration import models
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def uncompiled(hparams):
+    import keras
+    return keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+
+
+def not_a_model(hparams):
+    return "a string"
+
+
+def _est(**kw):
+    base = dict(modelFn=models.linear, hyperParams={"width": 2}, numWorkers=2, epochs=1)
+    return TFEstimator(**{**base, **kw})
+
+
+def _stages(spark):
+    return len(spark.sparkContext.statusTracker().getActiveStageIds())
+
+
+@pytest.mark.parametrize("ddl,rows,fragment", [
+    ("features array<double>, label double", [([1.0, 2.0], None)],
+     "Column 'label' has 1 null value"),
+    ("features array<double>, label double", [(None, 1.0)], "Column 'features' has 1 null"),
+    ("features array<double>, label double", [([1.0, 2.0], math.nan)],
+     "'label' has 1 NaN or infinite"),
+    ("features array<double>, label double", [([1.0, 2.0], math.inf)], "NaN or infinite"),
+    ("features string, label double", [("a", 1.0)], "'features' has type string"),
+    ("features struct<a:double>, label double", [((1.0,), 1.0)],
+     "'features' has type struct<a:double>"),
+])
+def test_bad_columns_and_values_are_refused_on_the_driver(spark, ddl, rows, fragment):
+    df = spark.createDataFrame(rows, ddl)
+    with pytest.raises(sparktf.InvalidInputError, match=fragment):
+        _est().fit(df)
+
+
+def test_missing_column_and_empty_dataframe(spark):
+    df = spark.createDataFrame([([1.0, 2.0], 1.0)], "x array<double>, label double")
+    with pytest.raises(sparktf.InvalidInputError, match="'features' is not in the DataFrame"):
+        _est().fit(df)
+    empty = spark.createDataFrame([], "features array<double>, label double")
+    with pytest.raises(sparktf.InvalidInputError, match="has no rows"):
+        _est().fit(empty)
+
+
+def test_ragged_arrays_fail_with_the_column_named(spark):
+    df = spark.createDataFrame([([1.0, 2.0], 1.0), ([1.0], 0.0)],
+                               "features array<double>, label double").repartition(1)
+    with pytest.raises(sparktf.TaskFailedError, match="'features' holds arrays of different"):
+        _est(numWorkers=1).fit(df)
+
+
+def test_class_labels_outside_the_model_outputs(spark):
+    rows = [([0.1] * 64, 12)] * 20
+    df = spark.createDataFrame(rows, "features array<double>, label long")
+    est = TFEstimator(modelFn=models.digits_mlp, numWorkers=2, epochs=1)
+    with pytest.raises(sparktf.TaskFailedError,
+                       match=r"values from 12 to 12, but the model has 10 output classes"):
+        est.fit(df)
+
+
+@pytest.mark.parametrize("fn,fragment", [(uncompiled, "not compiled"),
+                                         (not_a_model, "compiled keras.Model")])
+def test_model_fn_must_return_a_compiled_keras_model(spark, fn, fragment):
+    df = spark.createDataFrame([([1.0, 2.0], 1.0)] * 8, "features array<double>, label double")
+    with pytest.raises(sparktf.TaskFailedError, match=fragment):
+        _est(modelFn=fn).fit(df)
+
+
+def test_unwritable_model_dir_is_refused_before_training(spark, tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    os.chmod(locked, stat.S_IRUSR | stat.S_IXUSR)
+    df = spark.createDataFrame([([1.0, 2.0], 1.0)], "features array<double>, label double")
+    try:
+        if os.access(locked, os.W_OK):
+            pytest.skip("running as a user that can write anywhere")
+        with pytest.raises(sparktf.InvalidInputError, match="modelDir is not writable"):
+            _est(modelDir=str(locked / "m")).fit(df)
+    finally:
+        os.chmod(locked, stat.S_IRWXU)
+
+
+def test_a_file_where_model_dir_should_be_is_refused(spark, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    df = spark.createDataFrame([([1.0, 2.0], 1.0)], "features array<double>, label double")
+    with pytest.raises(sparktf.InvalidInputError, match="modelDir is not writable"):
+        _est(modelDir=str(blocker / "m")).fit(df)
+
+
+def test_bad_counts_and_slots(spark):
+    with pytest.raises(sparktf.InvalidInputError, match="numWorkers must be >= 1"):
+        _est(numWorkers=0)
+    df = spark.createDataFrame([([1.0, 2.0], 1.0)], "features array<double>, label double")
+    with pytest.raises(sparktf.ClusterCapacityError, match="needs 3 concurrent task slots"):
+        _est(numWorkers=3).fit(df)
+
+
+def test_sparse_vector_features_of_one_size_are_accepted(spark):
+    df = spark.createDataFrame([(Vectors.sparse(2, [0], [1.0]), 1.0),
+                                (Vectors.dense([0.0, 1.0]), 0.0)] * 10, ["features", "label"])
+    assert len(_est(epochs=2).fit(df).getHistory()["loss"]) == 2
+
+
+def test_scoring_with_a_missing_savedmodel_is_refused(spark, tmp_path):
+    df = spark.createDataFrame([([1.0, 2.0],)], "features array<double>")
+    with pytest.raises(sparktf.InvalidInputError, match="No SavedModel at modelPath"):
+        TFModel(modelPath=str(tmp_path / "nothing")).transform(df)
