@@ -19,11 +19,13 @@ from typing import Any, Callable, Sequence
 
 import cloudpickle
 
-from sparktf import cluster_check, failures
+from sparktf import cluster_check, failures, watchdog
 from sparktf.channel import EventServer
-from sparktf.errors import (ClusterFormationError, ExecutorEnvironmentError, InvalidInputError,
-                            JobTimeoutError, SparkTFError, TaskFailedError)
+from sparktf.errors import (ClusterFormationError, ExecutorEnvironmentError,
+                            InvalidInputError, JobTimeoutError, SparkTFError, TaskFailedError,
+                            TaskStalledError)
 from sparktf.runtime import task as task_runtime
+from sparktf.watchdog import Watchdog
 
 logger = logging.getLogger("sparktf")
 worker_logger = logging.getLogger("sparktf.worker")
@@ -171,6 +173,7 @@ class _Stage:
     model_dir: str | None
     timeout: float | None
     what: str
+    stall_timeout: float | None = None
 
     @property
     def num_tasks(self) -> int:
@@ -188,13 +191,17 @@ def launch(spark, payload: bytes, *, num_workers: int, num_ps: int = 0, df=None,
            columns: Sequence[str] = (), split_column: str | None = None, use_gpu="auto",
            model_dir: str | None = None, timeout: float | None = None,
            on_event: Callable[[dict], None] | None = None,
-           what: str = "sparktf.run") -> list[Any]:
-    """Runs one barrier stage of ``num_workers + num_ps`` tasks; returns unpickled results."""
+           what: str = "sparktf.run", stall_timeout: float | None = None) -> list[Any]:
+    """Runs one barrier stage of ``num_workers + num_ps`` tasks; returns unpickled results.
+
+    With ``stall_timeout``, a rank that has sent heartbeats and then stays silent that
+    long stops the stage with ``TaskStalledError``.
+    """
     _ensure_log_handler()
     sc = spark.sparkContext
     stage = _Stage(payload, num_workers, num_ps, tuple(columns), split_column,
                    str(use_gpu).lower() if isinstance(use_gpu, bool) else use_gpu,
-                   model_dir, timeout, what)
+                   model_dir, timeout, what, stall_timeout)
     cluster_check.check_security(dict(sc.getConf().getAll()), what)
     cluster_check.check_capacity(sc, stage.num_tasks, what)
     if use_gpu is True:
@@ -212,17 +219,26 @@ def _run_stage(spark, stage: _Stage, df, collector: "_EventCollector"):
     host = sc.getConf().get("spark.driver.host", "127.0.0.1")
     frame = _input_frame(spark, df, stage.num_tasks)
     for attempt in range(1, PORT_CONFLICT_RETRIES + 1):
-        collector.errors.clear()
-        with EventServer(host, collector) as server:
+        collector.reset()
+        tag = f"sparktf-{uuid.uuid4().hex[:12]}"
+        with EventServer(host, collector) as server, \
+                _watching(sc, stage, collector, tag):
             job = _barrier_job(frame, stage.task_spec(server))
             try:
-                return _collect(sc, job, stage.timeout, stage.what)
+                return _collect(sc, job, stage.timeout, stage.what, tag)
             except JobTimeoutError:
                 raise
             except Exception as e:
+                if collector.stalled is not None:
+                    raise _stall_error(stage, *collector.stalled) from e
                 failure = _translate(e, collector.errors, stage.what)
-                if not _is_port_conflict(failure) or attempt == PORT_CONFLICT_RETRIES:
+                if not _is_port_conflict(failure):
                     raise failure from e
+                if attempt == PORT_CONFLICT_RETRIES:
+                    raise ClusterFormationError(
+                        f"{stage.what} could not form a TensorFlow cluster: the ports chosen "
+                        f"were taken by other processes in {attempt} attempts in a row. Free "
+                        f"ports on the executors' hosts. Last error: {failure}") from e
                 logger.warning("sparktf: %s; forming the cluster again with new ports "
                                "(attempt %d of %d)", failure.message, attempt + 1,
                                PORT_CONFLICT_RETRIES)
@@ -250,9 +266,37 @@ def _barrier_job(frame, spec: task_runtime.TaskSpec):
     return frame.mapInArrow(barrier_task, "rank int, result binary", barrier=True)
 
 
-def _collect(sc, job, timeout: float | None, what: str):
-    """Collects the job; cancels it (by job tag) after ``timeout`` seconds."""
-    tag = f"sparktf-{uuid.uuid4().hex[:12]}"
+@contextlib.contextmanager
+def _watching(sc, stage: _Stage, collector: "_EventCollector", tag: str):
+    """Watches heartbeats while the stage runs; a stall cancels the stage's jobs."""
+    if not stage.stall_timeout:
+        yield
+        return
+
+    def on_stall(rank: int, last: dict) -> None:
+        collector.stalled = (rank, last)
+        sc.cancelJobsWithTag(tag)
+
+    with Watchdog(stage.stall_timeout, on_stall) as dog:
+        collector.watchdog = dog
+        try:
+            yield
+        finally:
+            collector.watchdog = None
+
+
+def _stall_error(stage: _Stage, rank: int, last: dict) -> TaskStalledError:
+    others = "; ".join(f"rank {r}: {watchdog.describe(e)}" for r, e in sorted(last.items())
+                       if r != rank)
+    event = last[rank]
+    message = (f"no progress for {stage.stall_timeout:g} s (stallTimeout); last seen "
+               f"{watchdog.describe(event)}. The stage was stopped." +
+               (f" Other ranks: {others}." if others else ""))
+    return TaskStalledError(rank, event.get("role", "?"), message)
+
+
+def _collect(sc, job, timeout: float | None, what: str, tag: str):
+    """Collects the job under job tag ``tag``; cancels it after ``timeout`` seconds."""
     timed_out = threading.Event()
 
     def cancel():
@@ -293,13 +337,24 @@ class _EventCollector:
 
     def __init__(self, on_event: Callable[[dict], None] | None):
         self.errors: dict[int, dict] = {}
+        self.stalled: tuple[int, dict] | None = None
+        self.watchdog: Watchdog | None = None
         self._on_event = on_event
         self._lock = threading.Lock()
+
+    def reset(self) -> None:
+        """Forgets a previous attempt's failures."""
+        self.errors.clear()
+        self.stalled = None
 
     def __call__(self, event: dict) -> None:
         kind = event.get("kind")
         rank = event.get("rank", -1)
-        if kind == "log":
+        if kind == "heartbeat":
+            dog = self.watchdog
+            if dog is not None:
+                dog.beat(int(rank), event)
+        elif kind == "log":
             worker_logger.info("[rank %s] %s", rank, event.get("line", ""))
         elif kind == "error":
             with self._lock:

@@ -66,7 +66,8 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                  rawPredictionCol="rawPrediction", numWorkers=1, numPs=0, epochs=1,
                  batchSize=32, learningRate=1e-3, hyperParams=None, validationFraction=0.0,
                  validationCol=None, shuffle=True, seed=None, inputMode="stream",
-                 modelDir=None, maxRetries=0, useGpu="auto", callbacks=None):
+                 modelDir=None, maxRetries=0, useGpu="auto", callbacks=None,
+                 stallTimeout=600.0):
         super().__init__()
         self._set(**_without_none(self._input_kwargs))
 
@@ -76,7 +77,8 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                   rawPredictionCol="rawPrediction", numWorkers=1, numPs=0, epochs=1,
                   batchSize=32, learningRate=1e-3, hyperParams=None, validationFraction=0.0,
                   validationCol=None, shuffle=True, seed=None, inputMode="stream",
-                  modelDir=None, maxRetries=0, useGpu="auto", callbacks=None):
+                  modelDir=None, maxRetries=0, useGpu="auto", callbacks=None,
+                  stallTimeout=600.0):
         """Sets the given Params; see the constructor."""
         return self._set(**_without_none(self._input_kwargs))
 
@@ -106,7 +108,7 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                     dataset.sparkSession, payload, num_workers=self.getNumWorkers(),
                     num_ps=self.getNumPs(), df=frame, columns=columns, split_column=split,
                     use_gpu=self.getUseGpu(), model_dir=run_dir, on_event=progress,
-                    what="TFEstimator.fit")
+                    what="TFEstimator.fit", stall_timeout=self.getStallTimeout())
                 return self._make_model(results[0])
             except SparkTFError as failure:
                 decision = policy.decide(failure, retries)

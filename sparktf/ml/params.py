@@ -148,6 +148,10 @@ class _TFEstimatorParams(_TFSharedParams, HasLabelCol, HasSeed):
                                _int_at_least("maxRetries", 0))
     callbacks: Param = _param("callbacks", "Keras callbacks run on the workers",
                               _callback_list)
+    stallTimeout: Param = _param("stallTimeout", "seconds a training worker may go without "
+                                 "progress (a blocked callback, a collective that never "
+                                 "completes) before the attempt is stopped",
+                                 _positive_float("stallTimeout"))
 
     def __init__(self, *args):
         super().__init__(*args)
@@ -156,7 +160,7 @@ class _TFEstimatorParams(_TFSharedParams, HasLabelCol, HasSeed):
                          numWorkers=1, numPs=0, epochs=1, batchSize=32, learningRate=1e-3,
                          hyperParams={}, validationFraction=0.0, shuffle=True,
                          inputMode="stream", maxRetries=0, useGpu="auto", callbacks=[],
-                         modelFn=None)
+                         modelFn=None, stallTimeout=600.0)
 
     def getModelFn(self):
         return self.getOrDefault(self.modelFn)
@@ -196,6 +200,9 @@ class _TFEstimatorParams(_TFSharedParams, HasLabelCol, HasSeed):
 
     def getCallbacks(self) -> list:
         return list(self.getOrDefault(self.callbacks))
+
+    def getStallTimeout(self) -> float:
+        return self.getOrDefault(self.stallTimeout)
 
     def hparams(self) -> dict:
         """What ``modelFn`` receives: ``hyperParams`` plus learningRate, epochs, batchSize."""

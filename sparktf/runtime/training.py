@@ -98,11 +98,30 @@ def _check_labels(model, spec: TrainSpec, ctx) -> None:
                                        spec.label_column)
 
 
+class _Heartbeat:
+    """Tells the driver this task is alive and where it is: each phase, and every few seconds."""
+
+    interval_s = 2.0
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.role = f"{ctx.jobName}:{ctx.taskIndex}"
+        self._last = 0.0
+
+    def __call__(self, where: str, epoch: int, step: int | None = None,
+                 force: bool = True) -> None:
+        now = time.monotonic()
+        if force or now - self._last >= self.interval_s:
+            self._last = now
+            self.ctx.emit("heartbeat", role=self.role, where=where, epoch=epoch, step=step)
+
+
 class _EpochLoop:
     """Runs the epochs: train steps, metric aggregation, validation, callbacks, progress."""
 
     def __init__(self, spec: TrainSpec, ctx, strategy, model):
         self.spec, self.ctx, self.strategy, self.model = spec, ctx, strategy, model
+        self.beat = _Heartbeat(ctx)
         self.specs = keras_steps.input_specs(model)
         self.train_step, self.eval_step = keras_steps.make_steps(strategy, model)
         self.steps = plan_steps(ctx.allNumRows, spec.batch_size)
@@ -123,10 +142,13 @@ class _EpochLoop:
             self.callbacks.on_epoch_begin(epoch)
             logs = self._train_epoch(epoch)
             if self.val_steps:
+                self.beat("validation", epoch + 1)
                 logs.update(self._validate())
+            self.beat("callbacks", epoch + 1)
             self.callbacks.on_epoch_end(epoch, logs)
             for key, value in logs.items():
                 history[key].append(value)
+            self.beat("checkpoint", epoch + 1)
             checkpoint.save(self.model, self.spec.model_dir, epoch + 1, dict(history),
                             self.ctx.isChief)
             self._report(epoch, logs, time.monotonic() - started)
@@ -151,6 +173,7 @@ class _EpochLoop:
                                                                seed)):
             if step == 0 and epoch == 0:
                 keras_steps.check_input_widths(features, self.specs, self.spec.feature_columns)
+            self.beat("training", epoch + 1, step, force=step == 0)
             self.callbacks.on_train_batch_begin(step)
             x = keras_steps.to_model_inputs(features, self.specs)
             out = self.train_step(x, label, tf.constant(self.weights[step], tf.float32))
@@ -158,6 +181,7 @@ class _EpochLoop:
             loss_sum += keras_steps.local_value(self.strategy, out) * n
             rows += n
             self.callbacks.on_train_batch_end(step)
+        self.beat("all-reduce", epoch + 1)
         total_loss, total_rows = keras_steps.all_sum(self.strategy, [loss_sum, rows])
         self.rows_trained = int(total_rows)
         return {"loss": float(total_loss / max(total_rows, 1)),

@@ -145,3 +145,25 @@ def test_a_lost_executor_fails_or_recovers_but_never_hangs(spark, tmp_path):
     assert os.path.exists(tmp_path / "killed")
     assert time.monotonic() - started < 400
     assert sparktf.run(spark, lambda a, c: c.rank, numWorkers=2) == [0, 1]  # usable again
+
+
+class BlockForever(keras.callbacks.Callback):
+    """Rank 1 never returns from on_epoch_end: its peers then wait in a collective."""
+
+    def on_epoch_end(self, epoch, logs=None):
+        if _rank() == 1:
+            import threading
+            threading.Event().wait()
+
+
+def test_a_stalled_rank_is_named_and_the_attempt_stopped(spark):
+    est = TFEstimator(modelFn=models.linear, numWorkers=2, epochs=3, batchSize=32,
+                      stallTimeout=8, callbacks=[BlockForever()])
+    started = time.monotonic()
+    with pytest.raises(sparktf.TaskStalledError) as info:
+        est.fit(_frame(spark))
+    assert time.monotonic() - started < 120
+    assert (info.value.rank, info.value.role) == (1, "worker:1")
+    assert "no progress for 8 s" in info.value.message
+    assert "last seen in Keras callbacks (epoch 1)" in info.value.message
+    assert wait_gone(child_pids()) == []
