@@ -41,6 +41,10 @@ class TaskContext:
         Rows of the input DataFrame that this task received.
     allNumRows : tuple of int
         ``numRows`` of every task, by rank.
+    gpus : str
+        The task's ``CUDA_VISIBLE_DEVICES`` (empty: CPU only).
+    assignedGpus : tuple of str
+        The GPU addresses Spark assigned the task (``TaskContext.resources()``).
     """
 
     jobName: str
@@ -55,7 +59,8 @@ class TaskContext:
     shard: feed.Shard | None = None
     validationShard: feed.Shard | None = None
     allValidationRows: tuple = ()
-    gpus: str = ""
+    gpus: str = ""  # this task's CUDA_VISIBLE_DEVICES ("" hides every GPU)
+    assignedGpus: tuple = ()  # the GPU addresses Spark's scheduler gave the task
 
     @property
     def tfConfig(self) -> dict:

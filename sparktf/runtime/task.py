@@ -69,8 +69,9 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     role = cluster.assign_roles(spec.num_workers, spec.num_ps)[rank]
     with EventClient(spec.event_address, spec.event_secret, rank) as events, \
             tempfile.TemporaryDirectory(prefix=f"sparktf-rank{rank}-") as workdir:
+        assigned = _assigned_gpus(barrier)
         try:
-            devices = gpu.visible_devices(_assigned_gpus(barrier), spec.use_gpu,
+            devices = gpu.visible_devices(assigned, spec.use_gpu,
                                           os.environ.get("CUDA_VISIBLE_DEVICES"))
         except gpu.GpuAssignmentError as e:
             _fail(events, rank, role, f"GpuAssignmentError: {e}", traceback.format_exc(), "")
@@ -82,7 +83,8 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
             except Exception as e:  # bad data: report it, then fail the stage
                 _fail(events, rank, role, f"{type(e).__name__}: {e}", traceback.format_exc(),
                       "")
-            ctx = _form_cluster(spec, barrier, rank, role, shard, held_out, devices)
+            ctx = _form_cluster(spec, barrier, rank, role, shard, held_out, devices,
+                                assigned)
             status, value, tail, child_kb = child.run(ctx, barrier)
         events.send({"kind": "stats", "role": str(role), "rows": ctx.numRows,
                      "feeder_peak_rss_mb": _peak_rss_kb() / 1024,
@@ -94,7 +96,8 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
                                          schema=RESULT_SCHEMA)
 
 
-def _form_cluster(spec, barrier, rank, role, shard, held_out, devices) -> TaskContext:
+def _form_cluster(spec, barrier, rank, role, shard, held_out, devices,
+                  assigned) -> TaskContext:
     """Exchanges addresses and row counts with ``allGather``; every task derives the same spec."""
     host = barrier.getTaskInfos()[rank].address.rsplit(":", 1)[0]
     mine = {"address": f"{host}:{cluster.pick_port()}",
@@ -109,7 +112,7 @@ def _form_cluster(spec, barrier, rank, role, shard, held_out, devices) -> TaskCo
                        allNumRows=tuple(g["rows"] for g in gathered), shard=shard,
                        validationShard=held_out,
                        allValidationRows=tuple(g["validation_rows"] for g in gathered),
-                       gpus=devices)
+                       gpus=devices, assignedGpus=tuple(assigned))
 
 
 def _assigned_gpus(barrier) -> list[str]:
