@@ -48,7 +48,11 @@ class _Handler(socketserver.StreamRequestHandler):
                 event = decode(line)
             except ValueError:
                 continue
-            server.on_event(event)
+            if event.get("kind") == "done":
+                if not server.wait_all_done(int(event.get("rank", -1))):
+                    return  # shutting down: no release
+            else:
+                server.on_event(event)
             if event.get("ack"):
                 self.wfile.write(ACK)
                 self.wfile.flush()
@@ -59,12 +63,29 @@ class _Server(socketserver.ThreadingTCPServer):
     allow_reuse_address = True
     block_on_close = True  # server_close() joins the handler threads
 
-    def __init__(self, host: str, on_event: EventHandler):
+    def __init__(self, host: str, on_event: EventHandler, num_tasks: int):
         self.secret = secrets.token_hex(16)
         self.on_event = on_event
+        self.num_tasks = num_tasks
         self._open: set[socket.socket] = set()
         self._lock = threading.Lock()
+        self._done: set[int] = set()
+        self._done_cond = threading.Condition()
+        self._closing = False
         super().__init__((host, 0), _Handler)
+
+    def wait_all_done(self, rank: int) -> bool:
+        """A barrier for the tasks' exit: blocks until every rank is done (or shutdown)."""
+        with self._done_cond:
+            self._done.add(rank)
+            self._done_cond.notify_all()
+            self._done_cond.wait_for(lambda: len(self._done) >= self.num_tasks or self._closing)
+            return not self._closing or len(self._done) >= self.num_tasks
+
+    def close_barrier(self) -> None:
+        with self._done_cond:
+            self._closing = True
+            self._done_cond.notify_all()
 
     def track(self, sock: socket.socket, is_open: bool) -> None:
         with self._lock:
@@ -89,10 +110,14 @@ class EventServer:
         The interface to bind: the driver's address as the executors see it.
     on_event : callable
         Called with each event dict, from the server's handler threads.
+    num_tasks : int
+        Tasks of the job: a ``done`` event is acknowledged once all of them sent one,
+        which makes the channel an exit barrier (milliseconds, where a Spark barrier
+        round trip takes about a second).
     """
 
-    def __init__(self, host: str, on_event: EventHandler):
-        self._server = _Server(host, on_event)
+    def __init__(self, host: str, on_event: EventHandler, num_tasks: int = 1):
+        self._server = _Server(host, on_event, num_tasks)
         self._thread = threading.Thread(target=self._server.serve_forever,
                                         name="sparktf-events", daemon=True)
 
@@ -111,6 +136,7 @@ class EventServer:
 
     def __exit__(self, *exc) -> None:
         self._server.shutdown()
+        self._server.close_barrier()
         self._server.hang_up()
         self._server.server_close()
         self._thread.join(timeout=10)

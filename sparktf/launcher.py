@@ -221,7 +221,7 @@ def _run_stage(spark, stage: _Stage, df, collector: "_EventCollector"):
     for attempt in range(1, PORT_CONFLICT_RETRIES + 1):
         collector.reset()
         tag = f"sparktf-{uuid.uuid4().hex[:12]}"
-        with EventServer(host, collector) as server, \
+        with EventServer(host, collector, stage.num_tasks) as server, \
                 _watching(sc, stage, collector, tag):
             job = _barrier_job(frame, stage.task_spec(server))
             try:

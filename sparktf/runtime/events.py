@@ -39,12 +39,17 @@ class EventClient:
             return
         try:
             self._sock = socket.create_connection(address, timeout=CONNECT_TIMEOUT_S)
+            self._sock.settimeout(None)  # waits (e.g. the release barrier) may be long
             self._sock.sendall(encode({"secret": secret, "rank": rank}))
             self._reader = self._sock.makefile("rb")
         except OSError as e:
             print(f"sparktf: rank {rank} cannot reach the driver's event channel at "
                   f"{address}: {e}; its output stays in the executor log", file=sys.stderr)
             self.close()
+
+    @property
+    def connected(self) -> bool:
+        return self._sock is not None
 
     def send(self, event: dict[str, Any], wait_ack: bool = False) -> bool:
         """Sends one event; with ``wait_ack`` blocks (bounded) until the driver has it."""

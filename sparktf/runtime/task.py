@@ -83,9 +83,11 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
             except Exception as e:  # bad data: report it, then fail the stage
                 _fail(events, rank, role, f"{type(e).__name__}: {e}", traceback.format_exc(),
                       "")
-            ctx = _form_cluster(spec, barrier, rank, role, shard, held_out, devices,
-                                assigned)
-            status, value, tail, child_kb = child.run(ctx, barrier)
+            ctx, everyone_connected = _form_cluster(spec, barrier, rank, role, shard,
+                                                    held_out, devices, assigned,
+                                                    events.connected)
+            status, value, tail, child_kb = child.run(
+                ctx, lambda: _release(events, barrier, everyone_connected))
         events.send({"kind": "stats", "role": str(role), "rows": ctx.numRows,
                      "feeder_peak_rss_mb": _peak_rss_kb() / 1024,
                      "task_peak_rss_mb": child_kb / 1024})
@@ -96,23 +98,38 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
                                          schema=RESULT_SCHEMA)
 
 
-def _form_cluster(spec, barrier, rank, role, shard, held_out, devices,
-                  assigned) -> TaskContext:
-    """Exchanges addresses and row counts with ``allGather``; every task derives the same spec."""
+def _form_cluster(spec, barrier, rank, role, shard, held_out, devices, assigned,
+                  connected: bool) -> tuple[TaskContext, bool]:
+    """Exchanges addresses and row counts with ``allGather``; every task derives the same spec.
+
+    Also returns whether every task reached the driver's event channel (then the
+    exit barrier goes through it).
+    """
     host = barrier.getTaskInfos()[rank].address.rsplit(":", 1)[0]
     mine = {"address": f"{host}:{cluster.pick_port()}",
             "rows": shard.num_rows if shard else 0,
-            "validation_rows": held_out.num_rows if held_out else 0}
+            "validation_rows": held_out.num_rows if held_out else 0,
+            "channel": connected}
     gathered = [json.loads(g) for g in barrier.allGather(json.dumps(mine))]
     roles = cluster.assign_roles(spec.num_workers, spec.num_ps)
     spec_dict = cluster.build_cluster_spec(roles, [g["address"] for g in gathered])
-    return TaskContext(jobName=role.job_name, taskIndex=role.task_index, rank=rank,
+    ctx = TaskContext(jobName=role.job_name, taskIndex=role.task_index, rank=rank,
                        clusterSpec=spec_dict, numWorkers=spec.num_workers, numPs=spec.num_ps,
                        modelDir=spec.model_dir, numRows=mine["rows"],
                        allNumRows=tuple(g["rows"] for g in gathered), shard=shard,
                        validationShard=held_out,
                        allValidationRows=tuple(g["validation_rows"] for g in gathered),
                        gpus=devices, assignedGpus=tuple(assigned))
+    return ctx, all(g["channel"] for g in gathered)
+
+
+def _release(events: EventClient, barrier, through_channel: bool) -> None:
+    """Waits until every task's main_fn has finished: the exit barrier."""
+    if not through_channel:
+        barrier.barrier()
+    elif not events.send({"kind": "done", "ack": True}, wait_ack=True):
+        raise RuntimeError("lost the driver's event channel while waiting for the other "
+                           "tasks to finish")
 
 
 def _assigned_gpus(barrier) -> list[str]:
@@ -160,8 +177,11 @@ class _Child:
             if stream and not stream.closed:
                 stream.close()
 
-    def run(self, ctx: TaskContext, barrier):
-        """Hands over the payload, relays output until exit; (status, value, tail, peak KiB)."""
+    def run(self, ctx: TaskContext, release):
+        """Hands over the payload, relays output until exit; (status, value, tail, peak KiB).
+
+        ``release()`` returns once every task's child has finished; then ours may exit.
+        """
         payload_path = os.path.join(self.workdir, "payload.pkl")
         with open(payload_path, "wb") as f:
             cloudpickle.dump((self.spec.payload, ctx,
@@ -173,13 +193,13 @@ class _Child:
             pass  # the child died early; its output and exit code tell why
         forward = self.spec.forward_all_ranks or self.rank == 0
         for line in self.proc.stdout:
-            self._relay(line.rstrip("\n"), forward, barrier)
+            self._relay(line.rstrip("\n"), forward, release)
         code = self.proc.wait()
         return self._outcome(code)
 
-    def _relay(self, line: str, forward: bool, barrier) -> None:
+    def _relay(self, line: str, forward: bool, release) -> None:
         if line == DONE_LINE:
-            barrier.barrier()  # every child has finished: release them together
+            release()  # every child has finished: release them together
             self.proc.stdin.close()
         elif line.startswith(EVENT_MARKER):
             self.events.send(json.loads(line[len(EVENT_MARKER):]))

@@ -85,3 +85,36 @@ def test_secured_spark_apps_refuse_unauthenticated_tensorflow_unless_allowed(set
         cluster_check.check_security({setting: "true"}, "TFEstimator.fit")
     cluster_check.check_security({setting: "true", cluster_check.ALLOW_PLAIN_TF: "true"}, "x")
     cluster_check.check_security({}, "x")  # an unsecured app needs nothing
+
+
+def test_event_channel_is_an_exit_barrier_for_all_tasks():
+    with EventServer("127.0.0.1", lambda e: None, num_tasks=2) as server:
+        with EventClient(server.address, server.secret, rank=0) as a, \
+                EventClient(server.address, server.secret, rank=1) as b:
+            released = threading.Event()
+            results = []
+
+            def first():
+                results.append(a.send({"kind": "done", "ack": True}, wait_ack=True))
+                released.set()
+
+            thread = threading.Thread(target=first)
+            thread.start()
+            assert not released.wait(0.3)  # rank 0 waits for rank 1
+            assert b.send({"kind": "done", "ack": True}, wait_ack=True)
+            thread.join(10)
+            assert results == [True]
+
+
+def test_a_waiting_task_is_not_released_by_shutdown():
+    server = EventServer("127.0.0.1", lambda e: None, num_tasks=2)
+    with server:
+        client = EventClient(server.address, server.secret, rank=0)
+        outcome = []
+        thread = threading.Thread(
+            target=lambda: outcome.append(client.send({"kind": "done", "ack": True},
+                                                      wait_ack=True)))
+        thread.start()
+    thread.join(10)
+    client.close()
+    assert outcome == [False]  # the stage is failing: no release, the task fails instead
