@@ -206,6 +206,9 @@ def launch(spark, payload: bytes, *, num_workers: int, num_ps: int = 0, df=None,
     cluster_check.check_capacity(sc, stage.num_tasks, what)
     if use_gpu is True:
         _check_gpu_conf(sc)
+    elif use_gpu == "auto" and not _gpus_scheduled(sc):
+        logger.info("sparktf: %s runs on CPU: Spark schedules no GPUs "
+                    "(spark.task.resource.gpu.amount is not set)", what)
     cluster_check.ensure_executor_python(sc)
     with cluster_check.SlotGate.hold(stage.num_tasks, cluster_check.current_slots(sc), what):
         rows = _run_stage(spark, stage, df, _EventCollector(on_event))
@@ -323,9 +326,13 @@ def _collect(sc, job, timeout: float | None, what: str, tag: str):
         sc.removeJobTag(tag)
 
 
-def _check_gpu_conf(sc) -> None:
+def _gpus_scheduled(sc) -> bool:
     amount = sc.getConf().get("spark.task.resource.gpu.amount", None)
-    if not amount or float(amount) <= 0:
+    return bool(amount) and float(amount) > 0
+
+
+def _check_gpu_conf(sc) -> None:
+    if not _gpus_scheduled(sc):
         raise InvalidInputError(
             "useGpu=True, but Spark is not scheduling GPUs: spark.task.resource.gpu.amount is "
             "not set. Set spark.executor.resource.gpu.amount, spark.task.resource.gpu.amount "

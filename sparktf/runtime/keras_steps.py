@@ -16,9 +16,13 @@ import numpy as np
 
 
 def check_compiled(model) -> None:
-    """Raises ``TypeError`` unless ``model`` is a compiled Keras model."""
+    """Raises ``TypeError`` unless ``model`` is a compiled Keras 3 or tf_keras model."""
     import keras
 
+    from sparktf.runtime import tf_keras_fit
+    if tf_keras_fit.is_tf_keras(model):
+        tf_keras_fit.check_compiled(model)
+        return
     if not isinstance(model, keras.Model):
         raise TypeError("modelFn must return a compiled keras.Model (Keras 3). "
                         f"Received: {type(model).__module__}.{type(model).__name__}")

@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from sparktf.runtime import checkpoint, feed, keras_steps, storage
+from sparktf.runtime import checkpoint, feed, keras_steps, storage, tf_keras_fit
 
 EXPORT_DIR = "export"
 SAVED_MODEL = "saved_model"
@@ -69,8 +69,14 @@ def train_main(spec: TrainSpec, ctx) -> dict | None:
         checkpoint.restore(model, spec.model_dir, found)
         print(f"sparktf: resuming after epoch {found['epoch']} from the last checkpoint",
               flush=True)
-    loop = _EpochLoop(spec, ctx, strategy, model)
-    history = loop.fit(found["epoch"] if found else 0, found["history"] if found else {})
+    first_epoch, history = (found["epoch"], found["history"]) if found else (0, {})
+    if tf_keras_fit.is_tf_keras(model):  # Keras 2 models keep their own fit
+        history = tf_keras_fit.fit(
+            spec, ctx, strategy, model, first_epoch, history,
+            plan_steps(ctx.allNumRows, spec.batch_size),
+            plan_steps(ctx.allValidationRows, spec.batch_size) if spec.has_validation else 0)
+    else:
+        history = _EpochLoop(spec, ctx, strategy, model).fit(first_epoch, history)
     exported, input_names = _export(model, spec, ctx)
     if not ctx.isChief:
         return None
@@ -222,7 +228,10 @@ def _export(model, spec: TrainSpec, ctx) -> tuple[str, list[str]]:
 
     target = storage.join(spec.model_dir, EXPORT_DIR)
     with tempfile.TemporaryDirectory(prefix="sparktf-export-") as local:
-        model.export(os.path.join(local, SAVED_MODEL), verbose=False)
+        if tf_keras_fit.is_tf_keras(model):
+            model.export(os.path.join(local, SAVED_MODEL))
+        else:
+            model.export(os.path.join(local, SAVED_MODEL), verbose=False)
         model.save(os.path.join(local, KERAS_FILE))
         signature = tf.saved_model.load(os.path.join(local, SAVED_MODEL)).signatures[
             "serving_default"]

@@ -41,3 +41,13 @@ def digits_sized(hparams):
     model.compile(optimizer=keras.optimizers.Adam(hparams["learningRate"]),
                   loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     return model
+
+
+def tf_keras_linear(hparams):
+    """The same regression as ``linear``, built with tf_keras (Keras 2)."""
+    import tf_keras
+    tf_keras.utils.set_random_seed(0)
+    model = tf_keras.Sequential([tf_keras.Input((3,)), tf_keras.layers.Dense(1)])
+    model.compile(optimizer=tf_keras.optimizers.Adam(hparams["learningRate"]), loss="mse",
+                  metrics=["mae"])
+    return model

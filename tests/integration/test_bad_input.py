@@ -122,3 +122,29 @@ def test_scoring_with_a_missing_savedmodel_is_refused(spark, tmp_path):
     df = spark.createDataFrame([([1.0, 2.0],)], "features array<double>")
     with pytest.raises(sparktf.InvalidInputError, match="No SavedModel at modelPath"):
         TFModel(modelPath=str(tmp_path / "nothing")).transform(df)
+
+
+def test_parameter_servers_count_against_the_slots_too(spark):
+    with pytest.raises(sparktf.ClusterCapacityError, match="needs 3 concurrent task slots"):
+        sparktf.run(spark, lambda a, c: None, numWorkers=2, numPs=1)
+
+
+def test_an_unpicklable_model_fn_is_refused_before_any_job(spark):
+    import threading
+    lock = threading.Lock()
+
+    def build(hparams):
+        with lock:
+            return models.linear(hparams)
+
+    df = spark.createDataFrame([([1.0, 2.0], 1.0)], "features array<double>, label double")
+    with pytest.raises(sparktf.InvalidInputError, match="picklable"):
+        _est(modelFn=build).fit(df)
+
+
+def test_cpu_fallback_is_logged(spark, caplog):
+    import logging
+    caplog.set_level(logging.INFO, logger="sparktf")
+    sparktf.run(spark, lambda a, c: None, numWorkers=1)
+    assert any("runs on CPU: Spark schedules no GPUs" in r.getMessage()
+               for r in caplog.records)

@@ -1,0 +1,107 @@
+"""Training a tf_keras (Keras 2) model: its own ``fit`` works under MultiWorkerMirroredStrategy.
+
+Each worker feeds its own shard through ``distribute_datasets_from_function``
+(no re-batching, no auto-sharding), in the same number of steps per epoch as
+every other worker. A callback adds what sparktf's own loop does for Keras 3
+models: heartbeats, per-epoch progress on the driver, and checkpoints.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+from sparktf.runtime import checkpoint, feed, keras_steps
+
+
+def is_tf_keras(model) -> bool:
+    """Whether ``model`` is a tf_keras (Keras 2) model rather than a Keras 3 one."""
+    return any(c.__module__.split(".")[0] == "tf_keras" for c in type(model).__mro__)
+
+
+def check_compiled(model) -> None:
+    """Raises ``TypeError`` unless the tf_keras model was compiled."""
+    if getattr(model, "optimizer", None) is None or not getattr(model, "_is_compiled", False):
+        raise TypeError("modelFn returned a tf_keras model that is not compiled. Call "
+                        "model.compile(optimizer=..., loss=...) in modelFn before returning it.")
+
+
+def _dataset(strategy, shard, steps, spec, specs, shuffle: bool):
+    """A distributed dataset yielding this worker's ``steps`` batches per epoch, forever."""
+    import tensorflow as tf
+
+    names = list(spec.feature_columns) + [spec.label_column]
+
+    def epoch_batches():
+        for epoch in itertools.count():
+            seed = (spec.seed * 1_000_003 + epoch) % (2 ** 63) if shuffle else None
+            for batch in feed.step_batches(shard, steps, names, seed):
+                x = keras_steps.to_model_inputs([batch[c] for c in spec.feature_columns],
+                                                specs)
+                yield (tuple(x) if isinstance(x, list) else x), batch[spec.label_column]
+
+    sample_x, sample_y = next(epoch_batches())
+
+    def spec_of(a):
+        return tf.TensorSpec((None,) + a.shape[1:], tf.as_dtype(a.dtype))
+
+    signature = (tuple(spec_of(a) for a in sample_x) if isinstance(sample_x, tuple)
+                 else spec_of(sample_x), spec_of(sample_y))
+
+    def make(_input_context):
+        return tf.data.Dataset.from_generator(epoch_batches, output_signature=signature) \
+            .prefetch(tf.data.AUTOTUNE)
+
+    return strategy.distribute_datasets_from_function(make)
+
+
+def fit(spec, ctx, strategy, model, first_epoch: int, history: dict, steps: int,
+        val_steps: int) -> dict:
+    """Runs tf_keras' own fit from ``first_epoch``; returns the complete history."""
+    import tf_keras
+
+    specs = keras_steps.input_specs(model)
+
+    class SparktfHooks(tf_keras.callbacks.Callback):
+        """Heartbeats, driver progress and per-epoch checkpoints."""
+
+        def __init__(self):
+            super().__init__()
+            self.history = {k: list(v) for k, v in history.items()}
+            self.started = time.monotonic()
+            self.last_beat = 0.0
+
+        def _beat(self, where, epoch, step=None):
+            now = time.monotonic()
+            if step is None or now - self.last_beat >= 2.0:
+                self.last_beat = now
+                ctx.emit("heartbeat", role=f"{ctx.jobName}:{ctx.taskIndex}", where=where,
+                         epoch=epoch, step=step)
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self.started = time.monotonic()
+            self._beat("training", epoch + 1, 0)
+
+        def on_train_batch_end(self, batch, logs=None):
+            self._beat("training", None, batch)
+
+        def on_epoch_end(self, epoch, logs=None):
+            logs = {k: float(v) for k, v in (logs or {}).items()}
+            for key, value in logs.items():
+                self.history.setdefault(key, []).append(value)
+            self._beat("checkpoint", epoch + 1)
+            checkpoint.save(model, spec.model_dir, epoch + 1, self.history, ctx.isChief)
+            seconds = time.monotonic() - self.started
+            rows = sum(ctx.allNumRows)
+            if ctx.rank == 0:
+                ctx.emit("epoch", epoch=epoch + 1, epochs=spec.epochs, logs=logs, rows=rows,
+                         seconds=seconds, rows_per_s=rows / seconds if seconds else 0.0)
+
+    hooks = SparktfHooks()
+    validation = (_dataset(strategy, ctx.validationShard, val_steps, spec, specs, False)
+                  if val_steps else None)
+    model.fit(_dataset(strategy, ctx.shard, steps, spec, specs, spec.shuffle),
+              epochs=spec.epochs, initial_epoch=first_epoch, steps_per_epoch=steps,
+              validation_data=validation, validation_steps=val_steps or None,
+              callbacks=[*spec.callbacks, hooks], verbose=0)
+    return hooks.history
