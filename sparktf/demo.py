@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         plot(history, confusion, png)
 
         print("\n=== sparktf demo: digits on Spark, 2 TensorFlow workers ===")
-        print(f"pipeline      VectorAssembler -> StandardScaler -> TFEstimator")
+        print("pipeline      VectorAssembler -> StandardScaler -> TFEstimator")
         print(f"train / test  {train.count()} / {test.count()} rows")
         print(f"fit           {fit_seconds:.1f} s, {len(history['loss'])} epochs, final "
               f"loss {history['loss'][-1]:.4f}, val_accuracy {history['val_accuracy'][-1]:.3f}")

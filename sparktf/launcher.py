@@ -11,15 +11,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import sys
-import sysconfig
 import threading
 import uuid
 from typing import Any, Callable, Sequence
 
 import cloudpickle
 
-from sparktf import cluster_check, failures, watchdog
+from sparktf import cluster_check, failures, pickling, watchdog
 from sparktf.channel import EventServer
 from sparktf.errors import (ClusterFormationError, ExecutorEnvironmentError,
                             InvalidInputError, JobTimeoutError, SparkTFError, TaskFailedError,
@@ -80,7 +78,7 @@ def run(spark, main_fn: Callable[[Any, Any], Any], args: Any = None, *, numWorke
         raise InvalidInputError("sparktf.run(df=...) feeds data to all-reduce workers only; "
                                 f"it cannot be combined with parameter servers yet. "
                                 f"Received: numPs={numPs}. Read the data in main_fn instead.")
-    payload = pickle_main(main_fn, args)
+    payload = pickling.pickle_main(main_fn, args)
     columns = tuple(df.columns) if df is not None else ()
     if df is not None:
         from sparktf.ml.schema import check_feedable
@@ -105,59 +103,6 @@ def validate_launch(num_workers, num_ps, use_gpu, timeout) -> None:
     if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
         raise InvalidInputError(f"timeout must be a positive number of seconds or None. "
                                 f"Received: timeout={timeout!r}")
-
-
-def pickle_main(main_fn, args, by_value: Sequence[Any] = ()) -> bytes:
-    """``(main_fn, args)`` pickled for the tasks; an error that names what failed to pickle.
-
-    ``main_fn`` and the objects in ``by_value`` (e.g. a modelFn, callbacks) have their
-    modules pickled by value when those are the user's own, not installed packages.
-    """
-    if not callable(main_fn):
-        raise InvalidInputError(f"main_fn must be callable as main_fn(args, ctx). "
-                                f"Received: main_fn={main_fn!r}")
-    try:
-        with _by_value([main_fn, *by_value]):
-            return cloudpickle.dumps((main_fn, args))
-    except Exception as e:
-        raise InvalidInputError(
-            f"main_fn and args must be picklable (cloudpickle) to reach the executors, but "
-            f"pickling failed: {type(e).__name__}: {e}. Move locks, sessions, open files or "
-            "sockets out of the closure and create them inside main_fn.") from e
-
-
-def _installed_roots() -> tuple[str, ...]:
-    paths = sysconfig.get_paths()
-    return tuple({paths["purelib"], paths["platlib"], paths["stdlib"]})
-
-
-def _own_module(obj):
-    """The module defining ``obj`` (or its class) if it is the user's own, else None."""
-    name = getattr(obj, "__module__", None) or type(obj).__module__
-    module = sys.modules.get(name or "")
-    path = getattr(module, "__file__", None)
-    if (module is None or path is None or module.__name__ == "__main__"
-            or module.__name__.startswith(("sparktf", "pyspark"))
-            or path.startswith(_installed_roots())):
-        return None
-    return module
-
-
-@contextlib.contextmanager
-def _by_value(objects: Sequence[Any]):
-    """Pickles the user's own modules of ``objects`` by value while the block runs.
-
-    A function from a script's or notebook's neighbouring module would otherwise be
-    pickled by reference and fail to import on the executors.
-    """
-    modules = {m.__name__: m for m in map(_own_module, objects) if m is not None}
-    for module in modules.values():
-        cloudpickle.register_pickle_by_value(module)
-    try:
-        yield
-    finally:
-        for module in modules.values():
-            cloudpickle.unregister_pickle_by_value(module)
 
 
 @dataclasses.dataclass(frozen=True)

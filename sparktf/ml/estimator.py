@@ -14,7 +14,7 @@ from pyspark.ml.util import MLReadable, MLWritable
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from sparktf import failures, launcher
+from sparktf import failures, launcher, pickling
 from sparktf.errors import InvalidInputError, SparkTFError
 from sparktf.ml import schema
 from sparktf.ml.model import TFModel
@@ -97,8 +97,8 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
         self._validate(dataset)
         run_dir = self._run_dir(dataset.sparkSession.sparkContext.master)
         spec = self._train_spec(run_dir)
-        payload = launcher.pickle_main(training.train_main, spec,
-                                       by_value=[spec.model_fn, *spec.callbacks])
+        payload = pickling.pickle_main(training.train_main, spec,
+                                       also=[spec.model_fn, *spec.callbacks])
         frame, columns, split = self._training_frame(dataset)
         policy = failures.FailurePolicy(self.getMaxRetries())
         for retries in itertools.count():

@@ -12,6 +12,7 @@ import cloudpickle
 from pyspark.ml.util import DefaultParamsReader, DefaultParamsWriter, MLReader, MLWriter
 
 import sparktf
+from sparktf import pickling
 from sparktf.errors import InvalidInputError
 from sparktf.runtime import storage
 
@@ -38,8 +39,14 @@ def _check_format(metadata: dict, path: str) -> None:
             f"{FORMAT_VERSION}. Load it with the sparktf version that saved it, or retrain.")
 
 
-def _load_params(instance, metadata: dict) -> None:
+def _load_instance(cls, path: str, sc):
+    """A ``cls`` with the uid and Params saved at ``path``, after checking the format."""
+    metadata = DefaultParamsReader.loadMetadata(path, sc)
+    _check_format(metadata, path)
+    instance = cls()
+    instance._resetUid(metadata["uid"])
     DefaultParamsReader.getAndSetParams(instance, metadata)
+    return instance
 
 
 class TFModelWriter(MLWriter):
@@ -63,11 +70,7 @@ class TFModelReader(MLReader):
         self.cls = cls
 
     def load(self, path: str):
-        metadata = DefaultParamsReader.loadMetadata(path, self.sc)
-        _check_format(metadata, path)
-        instance = self.cls()
-        instance._resetUid(metadata["uid"])
-        _load_params(instance, metadata)
+        instance = _load_instance(self.cls, path, self.sc)
         instance._set(modelPath=storage.join(path, MODEL_DIR))
         return instance
 
@@ -80,12 +83,11 @@ class TFEstimatorWriter(MLWriter):
         self.instance = instance
 
     def saveImpl(self, path: str) -> None:
-        from sparktf import launcher
         DefaultParamsWriter.saveMetadata(self.instance, path, self.sc, extraMetadata=_extra(),
                                          paramMap=_json_params(self.instance))
         callables = {name: self.instance.getOrDefault(name) for name in _NOT_JSON
                      if self.instance.isSet(name)}
-        with launcher._by_value([callables.get("modelFn"), *callables.get("callbacks", [])]):
+        with pickling.by_value([callables.get("modelFn"), *callables.get("callbacks", [])]):
             blob = cloudpickle.dumps(callables)
         storage.write_bytes(storage.join(path, CALLABLES_FILE), blob)
 
@@ -98,11 +100,7 @@ class TFEstimatorReader(MLReader):
         self.cls = cls
 
     def load(self, path: str):
-        metadata = DefaultParamsReader.loadMetadata(path, self.sc)
-        _check_format(metadata, path)
-        instance = self.cls()
-        instance._resetUid(metadata["uid"])
-        _load_params(instance, metadata)
+        instance = _load_instance(self.cls, path, self.sc)
         callables = cloudpickle.loads(storage.read_bytes(storage.join(path, CALLABLES_FILE)))
         instance._set(**callables)
         return instance

@@ -6,7 +6,7 @@ import threading
 import pytest
 
 import sparktf
-from sparktf import cluster_check, launcher
+from sparktf import cluster_check, launcher, pickling
 from sparktf.channel import EventServer
 from sparktf.runtime.events import EventClient, encode
 
@@ -34,12 +34,12 @@ def test_unpicklable_main_fn_is_refused_before_launch():
         return lock.locked()
 
     with pytest.raises(sparktf.InvalidInputError, match="picklable.*lock"):
-        launcher.pickle_main(main, None)
+        pickling.pickle_main(main, None)
 
 
 def test_non_callable_main_fn_is_refused():
     with pytest.raises(sparktf.InvalidInputError, match="callable"):
-        launcher.pickle_main(42, None)
+        pickling.pickle_main(42, None)
 
 
 @pytest.mark.parametrize("master,conf,slots", [
