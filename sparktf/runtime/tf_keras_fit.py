@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import time
 
-from sparktf.runtime import checkpoint, feed, keras_steps
+from sparktf.runtime import checkpoint, feed, keras_steps, summaries
 
 
 def is_tf_keras(model) -> bool:
@@ -68,6 +68,7 @@ def fit(spec, ctx, strategy, model, first_epoch: int, history: dict, steps: int,
         def __init__(self):
             super().__init__()
             self.history = {k: list(v) for k, v in history.items()}
+            self.summaries = summaries.EpochSummaries(spec.model_dir, ctx.isChief)
             self.started = time.monotonic()
             self.last_beat = 0.0
 
@@ -82,6 +83,9 @@ def fit(spec, ctx, strategy, model, first_epoch: int, history: dict, steps: int,
             self.started = time.monotonic()
             self._beat("training", epoch + 1, 0)
 
+        def on_train_end(self, logs=None):
+            self.summaries.close()
+
         def on_train_batch_end(self, batch, logs=None):
             self._beat("training", None, batch)
 
@@ -89,6 +93,7 @@ def fit(spec, ctx, strategy, model, first_epoch: int, history: dict, steps: int,
             logs = {k: float(v) for k, v in (logs or {}).items()}
             for key, value in logs.items():
                 self.history.setdefault(key, []).append(value)
+            self.summaries.write(epoch + 1, logs)
             self._beat("checkpoint", epoch + 1)
             checkpoint.save(model, spec.model_dir, epoch + 1, self.history, ctx.isChief)
             seconds = time.monotonic() - self.started

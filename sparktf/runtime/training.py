@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from sparktf.runtime import checkpoint, feed, keras_steps, storage, tf_keras_fit
+from sparktf.runtime import checkpoint, feed, keras_steps, storage, summaries, tf_keras_fit
 
 EXPORT_DIR = "export"
 SAVED_MODEL = "saved_model"
@@ -128,6 +128,7 @@ class _EpochLoop:
     def __init__(self, spec: TrainSpec, ctx, strategy, model):
         self.spec, self.ctx, self.strategy, self.model = spec, ctx, strategy, model
         self.beat = _Heartbeat(ctx)
+        self.summaries = summaries.EpochSummaries(spec.model_dir, ctx.isChief)
         self.specs = keras_steps.input_specs(model)
         self.train_step, self.eval_step = keras_steps.make_steps(strategy, model)
         self.steps = plan_steps(ctx.allNumRows, spec.batch_size)
@@ -154,6 +155,7 @@ class _EpochLoop:
             self.callbacks.on_epoch_end(epoch, logs)
             for key, value in logs.items():
                 history[key].append(value)
+            self.summaries.write(epoch + 1, logs)
             self.beat("checkpoint", epoch + 1)
             checkpoint.save(self.model, self.spec.model_dir, epoch + 1, dict(history),
                             self.ctx.isChief)
@@ -161,6 +163,7 @@ class _EpochLoop:
             if getattr(self.model, "stop_training", False):
                 break
         self.callbacks.on_train_end(dict((k, v[-1]) for k, v in history.items()))
+        self.summaries.close()
         return dict(history)
 
     def _batches(self, shard, steps, seed):

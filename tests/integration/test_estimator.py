@@ -150,3 +150,28 @@ def test_tf_keras_models_train_with_their_own_fit(spark, tmp_path):
     assert len(history["loss"]) == 30 and history["loss"][-1] < 0.01
     scored = model.transform(df).select("label", "prediction").toPandas()
     np.testing.assert_allclose(scored["prediction"], scored["label"], atol=0.2)
+
+
+def test_tensorboard_event_files_hold_the_epoch_scalars(spark, tmp_path):
+    import glob
+
+    import tensorflow as tf
+
+    X, y = data.linear_rows(400)
+    df = spark.createDataFrame(data.rows(X, y), "features array<double>, label double")
+    model = TFEstimator(modelFn=models.linear, numWorkers=2, epochs=3, batchSize=32,
+                        validationFraction=0.2, seed=4, modelDir=str(tmp_path / "m")).fit(df)
+    fit_dir = os.path.dirname(os.path.dirname(model.getModelPath()))
+    history = model.getHistory()
+    for split, prefix in (("train", ""), ("validation", "val_")):
+        files = glob.glob(os.path.join(fit_dir, "logs", split, "events.out.tfevents.*"))
+        assert len(files) == 1, files
+        scalars = {}
+        for event in tf.compat.v1.train.summary_iterator(files[0]):
+            for value in event.summary.value:
+                scalars.setdefault(value.tag, []).append(
+                    (event.step, float(tf.make_ndarray(value.tensor))))
+        assert {"epoch_loss", "epoch_mae"} <= set(scalars), scalars.keys()
+        assert [step for step, _ in scalars["epoch_loss"]] == [1, 2, 3]
+        np.testing.assert_allclose([v for _, v in scalars["epoch_loss"]],
+                                   history[prefix + "loss"], rtol=1e-5)

@@ -1,0 +1,61 @@
+"""TensorBoard event files: per-epoch scalars under ``<fit folder>/logs``, written by the chief.
+
+``logs/train`` holds the training metrics and ``logs/validation`` the ``val_*``
+ones (under their plain names), the layout Keras' own TensorBoard callback uses,
+so ``tensorboard --logdir <fit folder>/logs`` shows both curves on one chart.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+from sparktf.runtime import storage
+
+LOGS = "logs"
+
+
+class EpochSummaries:
+    """Writes one scalar per metric per epoch; a no-op on tasks that are not the chief."""
+
+    def __init__(self, model_dir: str, is_chief: bool):
+        self._writers = {}
+        self._target = storage.join(model_dir, LOGS)
+        self._local = None
+        if not is_chief:
+            return
+        import tensorflow as tf
+
+        if storage.is_local(self._target):
+            root = storage.local_path(self._target)
+        else:  # written locally, copied after each epoch
+            self._local = tempfile.mkdtemp(prefix="sparktf-logs-")
+            root = self._local
+        for split in ("train", "validation"):
+            self._writers[split] = tf.summary.create_file_writer(os.path.join(root, split))
+
+    def write(self, epoch: int, logs: dict) -> None:
+        """Records ``logs`` for ``epoch`` (1-based): ``val_x`` goes to validation as ``x``."""
+        if not self._writers:
+            return
+        import tensorflow as tf
+
+        from tensorflow.core.framework import summary_pb2
+
+        # tf.summary.write is TensorFlow core; the metadata marks each value as a scalar for
+        # TensorBoard's scalars plugin (tf.summary.scalar would need the tensorboard package).
+        metadata = summary_pb2.SummaryMetadata(
+            plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"))
+        for key, value in logs.items():
+            split, name = ("validation", key[4:]) if key.startswith("val_") else ("train", key)
+            with self._writers[split].as_default(step=epoch):
+                tf.summary.write(f"epoch_{name}", tf.constant(float(value)),
+                                 metadata=metadata.SerializeToString())
+        for writer in self._writers.values():
+            writer.flush()
+        if self._local:
+            storage.put_dir(self._local, self._target)
+
+    def close(self) -> None:
+        for writer in self._writers.values():
+            writer.close()
