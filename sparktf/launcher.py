@@ -119,6 +119,7 @@ class _Stage:
     timeout: float | None
     what: str
     stall_timeout: float | None = None
+    parquet_uri: str | None = None
 
     @property
     def num_tasks(self) -> int:
@@ -128,15 +129,16 @@ class _Stage:
         return task_runtime.TaskSpec(
             payload=self.payload, num_workers=self.num_workers, num_ps=self.num_ps,
             use_gpu=self.use_gpu, model_dir=self.model_dir, columns=self.columns,
-            split_column=self.split_column, event_address=server.address,
-            event_secret=server.secret)
+            split_column=self.split_column, parquet_uri=self.parquet_uri,
+            event_address=server.address, event_secret=server.secret)
 
 
 def launch(spark, payload: bytes, *, num_workers: int, num_ps: int = 0, df=None,
            columns: Sequence[str] = (), split_column: str | None = None, use_gpu="auto",
            model_dir: str | None = None, timeout: float | None = None,
            on_event: Callable[[dict], None] | None = None,
-           what: str = "sparktf.run", stall_timeout: float | None = None) -> list[Any]:
+           what: str = "sparktf.run", stall_timeout: float | None = None,
+           parquet_uri: str | None = None) -> list[Any]:
     """Runs one barrier stage of ``num_workers + num_ps`` tasks; returns unpickled results.
 
     With ``stall_timeout``, a rank that has sent heartbeats and then stays silent that
@@ -146,7 +148,7 @@ def launch(spark, payload: bytes, *, num_workers: int, num_ps: int = 0, df=None,
     sc = spark.sparkContext
     stage = _Stage(payload, num_workers, num_ps, tuple(columns), split_column,
                    str(use_gpu).lower() if isinstance(use_gpu, bool) else use_gpu,
-                   model_dir, timeout, what, stall_timeout)
+                   model_dir, timeout, what, stall_timeout, parquet_uri)
     cluster_check.check_security(dict(sc.getConf().getAll()), what)
     cluster_check.check_capacity(sc, stage.num_tasks, what)
     if use_gpu is True:

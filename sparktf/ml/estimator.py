@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import tempfile
 import time
 import uuid
@@ -100,6 +101,10 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
         payload = pickling.pickle_main(training.train_main, spec,
                                        also=[spec.model_fn, *spec.callbacks])
         frame, columns, split = self._training_frame(dataset)
+        parquet_uri = None
+        if self.getInputMode() == "parquet":
+            parquet_uri = self._parquet_copy(frame, dataset.sparkSession.sparkContext.master)
+            frame = None  # the workers read the files themselves
         policy = failures.FailurePolicy(self.getMaxRetries())
         for retries in itertools.count():
             progress = EpochProgress()
@@ -108,7 +113,8 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                     dataset.sparkSession, payload, num_workers=self.getNumWorkers(),
                     num_ps=self.getNumPs(), df=frame, columns=columns, split_column=split,
                     use_gpu=self.getUseGpu(), model_dir=run_dir, on_event=progress,
-                    what="TFEstimator.fit", stall_timeout=self.getStallTimeout())
+                    what="TFEstimator.fit", stall_timeout=self.getStallTimeout(),
+                    parquet_uri=parquet_uri)
                 return self._make_model(results[0])
             except SparkTFError as failure:
                 decision = policy.decide(failure, retries)
@@ -127,9 +133,6 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
         if self.getNumPs() > 0:
             raise InvalidInputError("Parameter-server training (numPs > 0) is not available "
                                     f"yet. Received: numPs={self.getNumPs()}; use numPs=0.")
-        if self.getInputMode() != "stream":
-            raise InvalidInputError("Only inputMode='stream' is available yet. "
-                                    f"Received: inputMode={self.getInputMode()!r}")
         schema.check_feedable(dataset.schema, self.featureColumns(), "feature")
         schema.check_feedable(dataset.schema, [self.getLabelCol()], "label")
         if self.isSet(self.validationCol) and self.getValidationFraction() > 0:
@@ -150,6 +153,19 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
         run_dir = storage.join(self._model_dir(master), name)
         logger.info("sparktf: this fit writes its model and checkpoints to %s", run_dir)
         return run_dir
+
+    def _parquet_copy(self, frame: DataFrame, master: str) -> str:
+        """inputMode='parquet': the training columns written once, reused for the same data."""
+        root = (self.getModelDir() if self.isSet(self.modelDir)
+                else os.path.join(tempfile.gettempdir(), "sparktf-parquet-cache"))
+        key = f"{frame.semanticHash() & 0xFFFFFFFF:08x}-{self.getNumWorkers()}"
+        uri = storage.join(root, "data", key)
+        if storage.exists(storage.join(uri, "_SUCCESS")):
+            logger.info("sparktf: inputMode='parquet' reuses the copy of this data at %s", uri)
+            return uri
+        logger.info("sparktf: inputMode='parquet' writes the training data once to %s", uri)
+        frame.repartition(2 * self.getNumWorkers()).write.mode("overwrite").parquet(uri)
+        return uri
 
     def _model_dir(self, master: str) -> str:
         if self.isSet(self.modelDir):

@@ -293,3 +293,23 @@ def split_sizes(rows: int, steps: int) -> list[int]:
         raise ValueError(f"steps must be >= 1. Received: steps={steps}")
     base, extra = divmod(rows, steps)
     return [base + 1] * extra + [base] * (steps - extra)
+
+
+def parquet_batches(uri: str, rank: int, num_workers: int,
+                    batch_rows: int = 10_000) -> Iterator[pa.RecordBatch]:
+    """This worker's share of a Parquet folder: every ``num_workers``-th file, as batches."""
+    import pyarrow.dataset as pads
+    from pyarrow import fs
+
+    from sparktf.runtime import storage
+
+    if storage.is_local(uri):
+        filesystem, root = fs.LocalFileSystem(), storage.local_path(uri)
+    else:
+        filesystem, root = fs.FileSystem.from_uri(uri)
+    files = sorted(f for f in pads.dataset(root, format="parquet", filesystem=filesystem).files)
+    mine = files[rank::num_workers]
+    if not mine:
+        return
+    yield from pads.dataset(mine, format="parquet", filesystem=filesystem).to_batches(
+        batch_size=batch_rows)

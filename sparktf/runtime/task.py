@@ -53,6 +53,7 @@ class TaskSpec:
     model_dir: str | None = None
     columns: tuple[str, ...] = ()  # input columns to feed; empty: no data
     split_column: str | None = None  # boolean column: true rows go to the validation shard
+    parquet_uri: str | None = None  # inputMode="parquet": read this folder instead of Spark's rows
     event_address: tuple[str, int] | None = None
     event_secret: str = ""
     forward_all_ranks: bool = False
@@ -76,6 +77,8 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
         except gpu.GpuAssignmentError as e:
             _fail(events, rank, role, f"GpuAssignmentError: {e}", traceback.format_exc(), "")
         with _Child(spec, rank, devices, barrier.cpus(), workdir, events) as child:
+            if spec.parquet_uri:
+                batches = feed.parquet_batches(spec.parquet_uri, rank, spec.num_workers)
             try:
                 shard, held_out = (feed.spill(batches, os.path.join(workdir, "shard.arrow"),
                                               spec.columns, spec.split_column)

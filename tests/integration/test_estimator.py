@@ -175,3 +175,24 @@ def test_tensorboard_event_files_hold_the_epoch_scalars(spark, tmp_path):
         assert [step for step, _ in scalars["epoch_loss"]] == [1, 2, 3]
         np.testing.assert_allclose([v for _, v in scalars["epoch_loss"]],
                                    history[prefix + "loss"], rtol=1e-5)
+
+
+def test_parquet_input_mode_matches_stream_mode_and_reuses_its_copy(spark, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="sparktf")
+    X, y = data.linear_rows(1500, seed=6)
+    df = spark.createDataFrame(data.rows(X, y), "features array<double>, label double")
+    common = dict(modelFn=models.linear, numWorkers=2, epochs=25, batchSize=64,
+                  learningRate=0.05, seed=9, modelDir=str(tmp_path / "m"))
+    stream = TFEstimator(inputMode="stream", **common).fit(df).getHistory()
+    parquet_est = TFEstimator(inputMode="parquet", **common)
+    parquet = parquet_est.fit(df).getHistory()
+    assert parquet["loss"][-1] < 0.01 and stream["loss"][-1] < 0.01
+    assert abs(parquet["loss"][-1] - stream["loss"][-1]) < 0.01
+    written = [r.getMessage() for r in caplog.records if "writes the training data" in
+               r.getMessage()]
+    assert len(written) == 1
+    copies = os.listdir(tmp_path / "m" / "data")
+    assert len(copies) == 1
+    parquet_est.fit(df)  # the same data again: the copy is reused, not rewritten
+    assert any("reuses the copy" in r.getMessage() for r in caplog.records)
+    assert os.listdir(tmp_path / "m" / "data") == copies
