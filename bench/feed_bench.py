@@ -10,6 +10,8 @@ Side by side in one run, on local-cluster[2,1,2048] (2 executors, 1 core each),
 * sparktf  - sparktf.run with df=: every row reaches TensorFlow as tensors through
              ctx.dataset(), end to end (cluster formation, TF start-up included)
 * tfos     - tensorflowonspark 2.2.5, InputMode.SPARK: TFCluster.run + train(rdd)
+* parquet  - the same job reading a Parquet copy with pyarrow.dataset (inputMode="parquet"),
+             the one-time write timed apart
 * fit      - TFEstimator.fit (2 workers) against keras Model.fit in one process on
              the same rows, same model, same epochs
 
@@ -85,6 +87,21 @@ def run_sparktf(spark, df, rows):
     return rows / seconds, in_task
 
 
+def run_parquet(spark, df, rows):
+    """inputMode='parquet': write once (timed apart), then workers read their files."""
+    import tempfile
+
+    from sparktf import launcher, pickling
+
+    uri = os.path.join(tempfile.mkdtemp(prefix="sparktf-bench-"), "data")
+    _, write_s = common.timed(lambda: df.repartition(4).write.parquet(uri))
+    payload = pickling.pickle_main(consume, {"batch": BATCH // 2})
+    out, seconds = common.timed(launcher.launch, spark, payload, num_workers=2,
+                                columns=("features", "label"), parquet_uri=uri)
+    assert sum(n for n, _ in out) == rows
+    return rows / seconds, write_s
+
+
 def run_tfos(spark, df, rows):
     from tensorflowonspark import TFCluster
 
@@ -154,6 +171,7 @@ def main() -> int:
             rates[rows] = (run_ceiling(df, rows), *run_sparktf(spark, df, rows))
             if rows == large:
                 tfos = run_tfos(spark, df, args.tfos_rows) if args.tfos_rows else float("nan")
+                parquet_rate, parquet_write_s = run_parquet(spark, df, rows)
             df.unpersist()
         fit_s, single_s, fit_loss, single_loss = run_fit(spark, args.fit_rows, args.fit_epochs)
     finally:
@@ -171,6 +189,8 @@ def main() -> int:
           f"{ours_rate:14,.0f}{ours_fixed:8.1f}s")
     print(f"  {'sparktf inside the task (file -> tensors)':44}{sparktf_task:14,.0f}")
     print(f"  {'tensorflowonspark 2.2.5 InputMode.SPARK':44}{tfos:14,.0f}")
+    print(f"  {'sparktf inputMode=parquet (files -> tensors)':44}{parquet_rate:14,.0f}"
+          f"   (+ {parquet_write_s:.1f} s to write the copy once)")
     print(f"  sparktf / ceiling, end to end at {large:,} rows  {sparktf_e2e / ceiling:6.2f}x")
     print(f"  sparktf / ceiling, marginal feed rate          {ours_rate / ceiling_rate:6.2f}x"
           "  (target >= 0.7)")
