@@ -49,8 +49,8 @@ def _load_instance(cls, path: str, sc):
     return instance
 
 
-class TFModelWriter(MLWriter):
-    """Writes a ``TFModel``: Params metadata and a copy of its SavedModel."""
+class _StageWriter(MLWriter):
+    """Params metadata (with the format version), then the stage's own artifacts."""
 
     def __init__(self, instance):
         super().__init__()
@@ -59,11 +59,14 @@ class TFModelWriter(MLWriter):
     def saveImpl(self, path: str) -> None:
         DefaultParamsWriter.saveMetadata(self.instance, path, self.sc, extraMetadata=_extra(),
                                          paramMap=_json_params(self.instance))
-        storage.copy_dir(self.instance.getModelPath(), storage.join(path, MODEL_DIR))
+        self.save_artifacts(path)
+
+    def save_artifacts(self, path: str) -> None:
+        raise NotImplementedError
 
 
-class TFModelReader(MLReader):
-    """Reads a ``TFModel`` saved by ``TFModelWriter``; its modelPath is the saved copy."""
+class _StageReader(MLReader):
+    """The stage with its saved uid and Params, then its own artifacts."""
 
     def __init__(self, cls):
         super().__init__()
@@ -71,20 +74,31 @@ class TFModelReader(MLReader):
 
     def load(self, path: str):
         instance = _load_instance(self.cls, path, self.sc)
-        instance._set(modelPath=storage.join(path, MODEL_DIR))
+        self.load_artifacts(instance, path)
         return instance
 
+    def load_artifacts(self, instance, path: str) -> None:
+        raise NotImplementedError
 
-class TFEstimatorWriter(MLWriter):
+
+class TFModelWriter(_StageWriter):
+    """Writes a ``TFModel``: Params metadata and a copy of its SavedModel."""
+
+    def save_artifacts(self, path: str) -> None:
+        storage.copy_dir(self.instance.getModelPath(), storage.join(path, MODEL_DIR))
+
+
+class TFModelReader(_StageReader):
+    """Reads a ``TFModel`` saved by ``TFModelWriter``; its modelPath is the saved copy."""
+
+    def load_artifacts(self, instance, path: str) -> None:
+        instance._set(modelPath=storage.join(path, MODEL_DIR))
+
+
+class TFEstimatorWriter(_StageWriter):
     """Writes a ``TFEstimator``: JSON Params metadata and its pickled modelFn/callbacks."""
 
-    def __init__(self, instance):
-        super().__init__()
-        self.instance = instance
-
-    def saveImpl(self, path: str) -> None:
-        DefaultParamsWriter.saveMetadata(self.instance, path, self.sc, extraMetadata=_extra(),
-                                         paramMap=_json_params(self.instance))
+    def save_artifacts(self, path: str) -> None:
         callables = {name: self.instance.getOrDefault(name) for name in _NOT_JSON
                      if self.instance.isSet(name)}
         with pickling.by_value([callables.get("modelFn"), *callables.get("callbacks", [])]):
@@ -92,15 +106,9 @@ class TFEstimatorWriter(MLWriter):
         storage.write_bytes(storage.join(path, CALLABLES_FILE), blob)
 
 
-class TFEstimatorReader(MLReader):
+class TFEstimatorReader(_StageReader):
     """Reads a ``TFEstimator`` saved by ``TFEstimatorWriter``."""
 
-    def __init__(self, cls):
-        super().__init__()
-        self.cls = cls
-
-    def load(self, path: str):
-        instance = _load_instance(self.cls, path, self.sc)
-        callables = cloudpickle.loads(storage.read_bytes(storage.join(path, CALLABLES_FILE)))
-        instance._set(**callables)
-        return instance
+    def load_artifacts(self, instance, path: str) -> None:
+        instance._set(**cloudpickle.loads(storage.read_bytes(storage.join(path,
+                                                                          CALLABLES_FILE))))
