@@ -172,17 +172,46 @@ def score_arrays(spec: ScoreSpec, columns: Iterator[Sequence[pa.Array]]
                  ) -> Iterator[pa.Array]:
     """The Arrow UDF behind ``TFModel.transform``: input columns in, a struct of outputs out.
 
-    ``columns`` yields, per Arrow batch, one array per ``spec.inputs`` binding.
+    ``columns`` yields, per Arrow batch, one array per ``spec.inputs`` binding. Rows are
+    carried across Arrow batches so that every signature call gets a full ``batchSize``
+    rows (Spark's iterator UDFs only need the outputs, in order, to add up to the inputs).
     """
     _set_devices(spec.use_gpu)
     fn = None
-    for arrays in columns:
-        batch = pa.RecordBatch.from_arrays(list(arrays), names=[b.column for b in spec.inputs])
-        if batch.num_rows and fn is None:
+    names = [b.column for b in spec.inputs]
+    for batch in _rechunk(columns, names, spec.batch_size):
+        if fn is None:
             fn = ModelCache.get(spec.model_path, spec.signature)
-        outputs = run_model(fn, spec, batch) if batch.num_rows else {}
-        names, values = output_arrays(batch.num_rows, spec, outputs)
-        yield pa.StructArray.from_arrays(values, names=names)
+        out_names, values = output_arrays(batch.num_rows, spec, run_model(fn, spec, batch))
+        yield pa.StructArray.from_arrays(values, names=out_names)
+
+
+def _rechunk(columns: Iterator[Sequence[pa.Array]], names: list[str], size: int
+             ) -> Iterator[pa.RecordBatch]:
+    """The rows of ``columns`` as record batches of exactly ``size`` rows (the last: fewer)."""
+    pending: list[pa.RecordBatch] = []
+    held = 0
+    for arrays in columns:
+        batch = pa.RecordBatch.from_arrays([_plain(a) for a in arrays], names=names)
+        if not batch.num_rows:
+            continue
+        pending.append(batch)
+        held += batch.num_rows
+        if held < size:
+            continue
+        table = pa.Table.from_batches(pending)
+        full = (held // size) * size
+        for start in range(0, full, size):
+            yield table.slice(start, size).combine_chunks().to_batches()[0]
+        rest = table.slice(full)
+        pending = rest.combine_chunks().to_batches() if rest.num_rows else []
+        held = rest.num_rows
+    if held:
+        yield pa.Table.from_batches(pending).combine_chunks().to_batches()[0]
+
+
+def _plain(array) -> pa.Array:
+    return array.combine_chunks() if isinstance(array, pa.ChunkedArray) else array
 
 
 def valid_rows(batch: pa.RecordBatch, columns: Sequence[str]) -> np.ndarray:
