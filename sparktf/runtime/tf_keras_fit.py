@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import time
 
-from sparktf.runtime import checkpoint, feed, keras_steps, summaries
+from sparktf.runtime import checkpoint, feed, keras_steps, signals, summaries
 
 
 def is_tf_keras(model) -> bool:
@@ -69,38 +69,30 @@ def fit(spec, ctx, strategy, model, first_epoch: int, history: dict, steps: int,
             super().__init__()
             self.history = {k: list(v) for k, v in history.items()}
             self.summaries = summaries.EpochSummaries(spec.model_dir, ctx.isChief)
+            self.beat = signals.Heartbeat(ctx)
+            self.epoch = first_epoch + 1
             self.started = time.monotonic()
-            self.last_beat = 0.0
-
-        def _beat(self, where, epoch, step=None):
-            now = time.monotonic()
-            if step is None or now - self.last_beat >= 2.0:
-                self.last_beat = now
-                ctx.emit("heartbeat", role=f"{ctx.jobName}:{ctx.taskIndex}", where=where,
-                         epoch=epoch, step=step)
 
         def on_epoch_begin(self, epoch, logs=None):
+            self.epoch = epoch + 1
             self.started = time.monotonic()
-            self._beat("training", epoch + 1, 0)
+            self.beat("training", self.epoch, 0)
 
         def on_train_end(self, logs=None):
             self.summaries.close()
 
         def on_train_batch_end(self, batch, logs=None):
-            self._beat("training", None, batch)
+            self.beat("training", self.epoch, batch, force=False)
 
         def on_epoch_end(self, epoch, logs=None):
             logs = {k: float(v) for k, v in (logs or {}).items()}
             for key, value in logs.items():
                 self.history.setdefault(key, []).append(value)
             self.summaries.write(epoch + 1, logs)
-            self._beat("checkpoint", epoch + 1)
+            self.beat("checkpoint", epoch + 1)
             checkpoint.save(model, spec.model_dir, epoch + 1, self.history, ctx.isChief)
-            seconds = time.monotonic() - self.started
-            rows = sum(ctx.allNumRows)
-            if ctx.rank == 0:
-                ctx.emit("epoch", epoch=epoch + 1, epochs=spec.epochs, logs=logs, rows=rows,
-                         seconds=seconds, rows_per_s=rows / seconds if seconds else 0.0)
+            signals.report_epoch(ctx, epoch + 1, spec.epochs, logs, sum(ctx.allNumRows),
+                                 time.monotonic() - self.started)
 
     hooks = SparktfHooks()
     validation = (_dataset(strategy, ctx.validationShard, val_steps, spec, specs, False)

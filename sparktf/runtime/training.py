@@ -18,7 +18,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from sparktf.runtime import checkpoint, feed, keras_steps, storage, summaries, tf_keras_fit
+from sparktf.runtime import (checkpoint, feed, keras_steps, signals, storage, summaries,
+                             tf_keras_fit)
 
 EXPORT_DIR = "export"
 SAVED_MODEL = "saved_model"
@@ -104,30 +105,12 @@ def _check_labels(model, spec: TrainSpec, ctx) -> None:
                                        spec.label_column)
 
 
-class _Heartbeat:
-    """Tells the driver this task is alive and where it is: each phase, and every few seconds."""
-
-    interval_s = 2.0
-
-    def __init__(self, ctx):
-        self.ctx = ctx
-        self.role = f"{ctx.jobName}:{ctx.taskIndex}"
-        self._last = 0.0
-
-    def __call__(self, where: str, epoch: int, step: int | None = None,
-                 force: bool = True) -> None:
-        now = time.monotonic()
-        if force or now - self._last >= self.interval_s:
-            self._last = now
-            self.ctx.emit("heartbeat", role=self.role, where=where, epoch=epoch, step=step)
-
-
 class _EpochLoop:
     """Runs the epochs: train steps, metric aggregation, validation, callbacks, progress."""
 
     def __init__(self, spec: TrainSpec, ctx, strategy, model):
         self.spec, self.ctx, self.strategy, self.model = spec, ctx, strategy, model
-        self.beat = _Heartbeat(ctx)
+        self.beat = signals.Heartbeat(ctx)
         self.summaries = summaries.EpochSummaries(spec.model_dir, ctx.isChief)
         self.specs = keras_steps.input_specs(model)
         self.train_step, self.eval_step = keras_steps.make_steps(strategy, model)
@@ -159,7 +142,8 @@ class _EpochLoop:
             self.beat("checkpoint", epoch + 1)
             checkpoint.save(self.model, self.spec.model_dir, epoch + 1, dict(history),
                             self.ctx.isChief)
-            self._report(epoch, logs, time.monotonic() - started)
+            signals.report_epoch(self.ctx, epoch + 1, self.spec.epochs, logs, self.rows_trained,
+                                 time.monotonic() - started)
             if getattr(self.model, "stop_training", False):
                 break
         self.callbacks.on_train_end(dict((k, v[-1]) for k, v in history.items()))
@@ -207,11 +191,6 @@ class _EpochLoop:
         return {"val_loss": float(total_loss / max(total_rows, 1)),
                 **keras_steps.metric_results(self.model, prefix="val_")}
 
-    def _report(self, epoch: int, logs: dict, seconds: float) -> None:
-        if self.ctx.rank == 0:
-            rows = self.rows_trained
-            self.ctx.emit("epoch", epoch=epoch + 1, epochs=self.spec.epochs, logs=logs,
-                          rows=rows, seconds=seconds, rows_per_s=rows / seconds if seconds else 0.0)
 
 
 def _callback_list(callbacks, model, epochs: int, steps: int):

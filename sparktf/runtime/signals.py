@@ -1,0 +1,34 @@
+"""What a training task tells the driver while it runs: heartbeats and per-epoch reports.
+
+Shared by sparktf's own Keras 3 loop and the tf_keras ``fit`` hooks, so the
+driver's watchdog and progress display see the same events from both.
+"""
+
+from __future__ import annotations
+
+import time
+
+
+class Heartbeat:
+    """Tells the driver this task is alive and where it is: each phase, and every few seconds."""
+
+    interval_s = 2.0
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.role = f"{ctx.jobName}:{ctx.taskIndex}"
+        self._last = 0.0
+
+    def __call__(self, where: str, epoch: int, step: int | None = None,
+                 force: bool = True) -> None:
+        now = time.monotonic()
+        if force or now - self._last >= self.interval_s:
+            self._last = now
+            self.ctx.emit("heartbeat", role=self.role, where=where, epoch=epoch, step=step)
+
+
+def report_epoch(ctx, epoch: int, epochs: int, logs: dict, rows: int, seconds: float) -> None:
+    """Rank 0 sends one epoch's metrics and throughput to the driver's progress display."""
+    if ctx.rank == 0:
+        ctx.emit("epoch", epoch=epoch, epochs=epochs, logs=logs, rows=rows, seconds=seconds,
+                 rows_per_s=rows / seconds if seconds else 0.0)
