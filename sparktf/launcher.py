@@ -22,6 +22,7 @@ from sparktf.channel import EventServer
 from sparktf.errors import (ClusterFormationError, ExecutorEnvironmentError,
                             InvalidInputError, JobTimeoutError, SparkTFError, TaskFailedError,
                             TaskStalledError)
+from sparktf.runtime import gpu
 from sparktf.runtime import task as task_runtime
 from sparktf.watchdog import Watchdog
 
@@ -29,7 +30,6 @@ logger = logging.getLogger("sparktf")
 worker_logger = logging.getLogger("sparktf.worker")
 
 PORT_CONFLICT_RETRIES = 3
-USE_GPU_VALUES = ("auto", True, False)
 
 
 def run(spark, main_fn: Callable[[Any, Any], Any], args: Any = None, *, numWorkers: int,
@@ -97,7 +97,7 @@ def validate_launch(num_workers, num_ps, use_gpu, timeout) -> None:
     if num_ps > 0 and num_workers < 2:
         raise InvalidInputError("Parameter-server training needs a chief and at least one "
                                 f"worker: numWorkers >= 2. Received: numWorkers={num_workers}")
-    if use_gpu not in USE_GPU_VALUES:
+    if use_gpu not in gpu.USE_GPU_CHOICES:
         raise InvalidInputError(f"useGpu must be 'auto', True or False. "
                                 f"Received: useGpu={use_gpu!r}")
     if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):

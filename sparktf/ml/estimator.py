@@ -19,7 +19,7 @@ from sparktf import failures, launcher, pickling
 from sparktf.errors import InvalidInputError, SparkTFError
 from sparktf.ml import schema
 from sparktf.ml.model import TFModel
-from sparktf.ml.params import _TFEstimatorParams, add_setters
+from sparktf.ml.params import _TFEstimatorParams, add_setters, without_none
 from sparktf.ml.progress import EpochProgress
 from sparktf.runtime import storage, training
 
@@ -70,7 +70,7 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                  modelDir=None, maxRetries=0, useGpu="auto", callbacks=None,
                  stallTimeout=600.0):
         super().__init__()
-        self._set(**_without_none(self._input_kwargs))
+        self._set(**without_none(self._input_kwargs))
 
     @keyword_only
     def setParams(self, *, modelFn=None, featuresCol="features", inputCols=None,
@@ -81,7 +81,7 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                   modelDir=None, maxRetries=0, useGpu="auto", callbacks=None,
                   stallTimeout=600.0):
         """Sets the given Params; see the constructor."""
-        return self._set(**_without_none(self._input_kwargs))
+        return self._set(**without_none(self._input_kwargs))
 
     def write(self):
         """An ``MLWriter``: JSON Params metadata plus the pickled modelFn and callbacks."""
@@ -215,7 +215,3 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
         model._set(history=chief["history"], inputMapping=chief["input_mapping"],
                    predictionKind=chief["prediction_kind"], fromLogits=chief["from_logits"])
         return model
-
-
-def _without_none(kwargs: dict) -> dict:
-    return {k: v for k, v in kwargs.items() if v is not None}

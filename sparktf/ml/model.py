@@ -14,7 +14,7 @@ from pyspark.sql import types as T
 from sparktf import cluster_check
 from sparktf.errors import InvalidInputError
 from sparktf.ml import schema
-from sparktf.ml.params import _TFModelParams, add_setters
+from sparktf.ml.params import _TFModelParams, add_setters, without_none
 from sparktf.runtime import inference, storage
 
 _SPARK_TYPES = {"float32": T.FloatType(), "float64": T.DoubleType(), "int32": T.IntegerType(),
@@ -59,7 +59,7 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
                  rawPredictionCol="rawPrediction", useGpu="auto", predictionKind="auto",
                  fromLogits=False, history=None):
         super().__init__()
-        self._set(**{k: v for k, v in self._input_kwargs.items() if v is not None})
+        self._set(**without_none(self._input_kwargs))
 
     @keyword_only
     def setParams(self, *, modelPath=None, inputMapping=None, outputMapping=None,
@@ -68,7 +68,7 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
                   rawPredictionCol="rawPrediction", useGpu="auto", predictionKind="auto",
                   fromLogits=False, history=None):
         """Sets the given Params; see the constructor."""
-        return self._set(**{k: v for k, v in self._input_kwargs.items() if v is not None})
+        return self._set(**without_none(self._input_kwargs))
 
     def write(self):
         """An ``MLWriter``: Params metadata plus a copy of the SavedModel in the stage folder."""

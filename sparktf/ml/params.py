@@ -14,8 +14,8 @@ from pyspark.ml.param.shared import (HasFeaturesCol, HasInputCols, HasLabelCol,
                                      HasSeed)
 
 from sparktf.errors import InvalidInputError
+from sparktf.runtime.gpu import USE_GPU_CHOICES
 
-USE_GPU_CHOICES = ("auto", True, False)
 INPUT_MODES = ("stream", "parquet")
 PREDICTION_KINDS = ("auto", "regression", "binary", "multiclass")
 
@@ -279,3 +279,8 @@ def add_setters(cls):
         setter.__doc__ = f"Sets the value of :py:attr:`{name}`."
         setattr(cls, setter_name, setter)
     return cls
+
+
+def without_none(kwargs: dict) -> dict:
+    """Keyword arguments given to a constructor or ``setParams``, minus those left as None."""
+    return {k: v for k, v in kwargs.items() if v is not None}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Sequence
 
 HIDE_ALL = ""  # CUDA_VISIBLE_DEVICES value that hides every GPU
+USE_GPU_CHOICES = ("auto", True, False)  # the values of useGpu, for run() and the stages
 
 
 class GpuAssignmentError(RuntimeError):
