@@ -14,7 +14,7 @@ import socketserver
 import threading
 from typing import Any, Callable
 
-from sparktf.runtime.events import ACK, decode
+from sparktf.runtime.events import ACK, decode, encode
 
 logger = logging.getLogger(__name__)
 
@@ -48,10 +48,18 @@ class _Handler(socketserver.StreamRequestHandler):
                 event = decode(line)
             except ValueError:
                 continue
-            if event.get("kind") == "done":
+            kind = event.get("kind")
+            if kind == "done":
                 if not server.wait_all_done(int(event.get("rank", -1))):
                     return  # shutting down: no release
+            elif kind == "await_epoch":
+                self.wfile.write(encode(server.await_epoch(int(event.get("rank", -1)),
+                                                           int(event.get("after", 0)))))
+                self.wfile.flush()
+                continue
             else:
+                if kind == "epoch":
+                    server.note_epoch(int(event.get("epoch", 0)))
                 server.on_event(event)
             if event.get("ack"):
                 self.wfile.write(ACK)
@@ -72,6 +80,7 @@ class _Server(socketserver.ThreadingTCPServer):
         self._done: set[int] = set()
         self._done_cond = threading.Condition()
         self._closing = False
+        self._epoch = 0
         super().__init__((host, 0), _Handler)
 
     def wait_all_done(self, rank: int) -> bool:
@@ -81,6 +90,26 @@ class _Server(socketserver.ThreadingTCPServer):
             self._done_cond.notify_all()
             self._done_cond.wait_for(lambda: len(self._done) >= self.num_tasks or self._closing)
             return not self._closing or len(self._done) >= self.num_tasks
+
+    def note_epoch(self, epoch: int) -> None:
+        """The chief reported (and checkpointed) ``epoch``."""
+        with self._done_cond:
+            self._epoch = max(self._epoch, epoch)
+            self._done_cond.notify_all()
+
+    def await_epoch(self, rank: int, after: int) -> dict:
+        """Blocks until an epoch after ``after`` is reported or every other task is done.
+
+        The evaluator side-car waits here for each new checkpoint: one blocking call
+        per checkpoint, no polling. ``finished`` means training is over.
+        """
+        def finished() -> bool:
+            return len(self._done - {rank}) >= self.num_tasks - 1
+
+        with self._done_cond:
+            self._done_cond.wait_for(lambda: self._epoch > after or finished()
+                                     or self._closing)
+            return {"epoch": self._epoch, "finished": finished() or self._closing}
 
     def close_barrier(self) -> None:
         with self._done_cond:

@@ -56,24 +56,28 @@ def current_slots(sc) -> int:
     return int(jsc.maxNumConcurrentTasks(profile))
 
 
-def check_capacity(sc, num_tasks: int, what: str) -> None:
+def check_capacity(sc, num_tasks: int, what: str, scale=None) -> None:
     """Raises ``ClusterCapacityError`` unless ``num_tasks`` barrier tasks can run at once.
 
     When the master will offer enough slots but some executors have not
-    registered yet (a session just started), waits for them, bounded.
+    registered yet (a session just started), waits for them, bounded. ``scale(sc,
+    slots)`` turns default-profile slots into the stage's (a ResourceProfile asking for
+    more CPUs per task fits fewer tasks).
     """
+    scale = scale or (lambda _sc, slots: slots)
     conf = dict(sc.getConf().getAll())
     if conf.get("spark.dynamicAllocation.enabled", "false").lower() == "true":
         raise ClusterCapacityError(
             f"{what} runs a barrier stage, which Spark cannot run with dynamic allocation. "
             "Set spark.dynamicAllocation.enabled=false (and a fixed "
             "spark.executor.instances) for this application.")
-    have = current_slots(sc)
+    have = scale(sc, current_slots(sc))
     if have >= num_tasks:
         return
     expected = expected_slots(sc.master, conf)
+    expected = scale(sc, expected) if expected is not None else None
     if expected is not None and expected >= num_tasks:
-        have = _await_slots(sc, num_tasks, EXECUTOR_START_TIMEOUT_S)
+        have = _await_slots(sc, num_tasks, EXECUTOR_START_TIMEOUT_S, scale)
         if have >= num_tasks:
             return
     offered = max(have, expected or 0)
@@ -84,17 +88,17 @@ def check_capacity(sc, num_tasks: int, what: str) -> None:
         "or add executors/cores.")
 
 
-def _await_slots(sc, num_tasks: int, timeout_s: float) -> int:
+def _await_slots(sc, num_tasks: int, timeout_s: float, scale) -> int:
     # PySpark has no blocking "executor registered" call, so this waits in short,
     # bounded steps; it only runs while a just-started session's executors come up.
     logger.info("sparktf: waiting for executors to register (%d of %d slots so far)",
                 current_slots(sc), num_tasks)
     deadline = time.monotonic() + timeout_s
     tick = threading.Event()
-    have = current_slots(sc)
+    have = scale(sc, current_slots(sc))
     while have < num_tasks and time.monotonic() < deadline:
         tick.wait(0.25)
-        have = current_slots(sc)
+        have = scale(sc, current_slots(sc))
     return have
 
 

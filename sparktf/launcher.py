@@ -22,7 +22,7 @@ from sparktf.channel import EventServer
 from sparktf.errors import (ClusterFormationError, ExecutorEnvironmentError,
                             InvalidInputError, JobTimeoutError, SparkTFError, TaskFailedError,
                             TaskStalledError)
-from sparktf.runtime import gpu
+from sparktf.runtime import cluster, gpu
 from sparktf.runtime import task as task_runtime
 from sparktf.watchdog import Watchdog
 
@@ -30,11 +30,13 @@ logger = logging.getLogger("sparktf")
 worker_logger = logging.getLogger("sparktf.worker")
 
 PORT_CONFLICT_RETRIES = 3
+ROUTE_COLUMN = "_sparktf_route"
 
 
 def run(spark, main_fn: Callable[[Any, Any], Any], args: Any = None, *, numWorkers: int,
         numPs: int = 0, df=None, useGpu: str | bool = "auto",
-        timeout: float | None = None) -> list[Any]:
+        timeout: float | None = None, evaluator: bool = False,
+        taskCpus: int | None = None, taskGpus: float | None = None) -> list[Any]:
     """Runs ``main_fn(args, ctx)`` once per task of one barrier stage; returns results by rank.
 
     Each task gets its role (``ctx.jobName``, ``ctx.taskIndex``, ``ctx.rank``),
@@ -51,15 +53,23 @@ def run(spark, main_fn: Callable[[Any, Any], Any], args: Any = None, *, numWorke
     args : object, optional
         Passed to every task's ``main_fn`` unchanged.
     numWorkers : int
-        Training tasks (barrier tasks when ``numPs == 0``).
+        Training tasks (``jobName == "worker"``).
     numPs : int
-        Parameter-server tasks, added to the stage.
+        Parameter servers. With ``numPs > 0`` the stage also has one ``chief`` task
+        (for ``tf.distribute.coordinator.ClusterCoordinator``): ``numWorkers + 1 +
+        numPs`` tasks. Parameter servers see no GPU.
     df : DataFrame, optional
-        Input data; repartitioned to ``numWorkers`` partitions if needed.
+        Input data, shared by the worker tasks (chief and parameter servers get none).
     useGpu : "auto", True or False
         GPUs come from Spark's resource scheduler; see the README.
     timeout : float, optional
         Seconds after which the stage is cancelled and ``JobTimeoutError`` raised.
+    evaluator : bool
+        Adds one ``evaluator`` task (not in the cluster spec, TensorFlow's convention).
+    taskCpus, taskGpus : optional
+        CPUs and GPUs each task of this stage asks for, through a Spark
+        ``ResourceProfile`` (stage-level scheduling): the rest of the application keeps
+        its own settings.
 
     Returns
     -------
@@ -74,17 +84,14 @@ def run(spark, main_fn: Callable[[Any, Any], Any], args: Any = None, *, numWorke
     [(0, 'worker', 1), (1, 'worker', 1)]
     """
     validate_launch(numWorkers, numPs, useGpu, timeout)
-    if df is not None and numPs > 0:
-        raise InvalidInputError("sparktf.run(df=...) feeds data to all-reduce workers only; "
-                                f"it cannot be combined with parameter servers yet. "
-                                f"Received: numPs={numPs}. Read the data in main_fn instead.")
     payload = pickling.pickle_main(main_fn, args)
     columns = tuple(df.columns) if df is not None else ()
     if df is not None:
         from sparktf.ml.schema import check_feedable
         check_feedable(df.schema, columns)
     return launch(spark, payload, num_workers=numWorkers, num_ps=numPs, df=df,
-                  columns=columns, use_gpu=useGpu, timeout=timeout)
+                  columns=columns, use_gpu=useGpu, timeout=timeout, evaluator=evaluator,
+                  resources=TaskResources.checked(taskCpus, taskGpus))
 
 
 def validate_launch(num_workers, num_ps, use_gpu, timeout) -> None:
@@ -94,9 +101,6 @@ def validate_launch(num_workers, num_ps, use_gpu, timeout) -> None:
                                 f"Received: numWorkers={num_workers!r}")
     if isinstance(num_ps, bool) or not isinstance(num_ps, int) or num_ps < 0:
         raise InvalidInputError(f"numPs must be an integer >= 0. Received: numPs={num_ps!r}")
-    if num_ps > 0 and num_workers < 2:
-        raise InvalidInputError("Parameter-server training needs a chief and at least one "
-                                f"worker: numWorkers >= 2. Received: numWorkers={num_workers}")
     if use_gpu not in gpu.USE_GPU_CHOICES:
         raise InvalidInputError(f"useGpu must be 'auto', True or False. "
                                 f"Received: useGpu={use_gpu!r}")
@@ -120,17 +124,73 @@ class _Stage:
     what: str
     stall_timeout: float | None = None
     parquet_uri: str | None = None
+    evaluator: bool = False
+    resources: "TaskResources | None" = None
+
+    @property
+    def layout(self) -> cluster.Layout:
+        roles = cluster.assign_roles(self.num_workers, self.num_ps, self.evaluator)
+        return cluster.layout(roles, self.split_column is not None)
 
     @property
     def num_tasks(self) -> int:
-        return self.num_workers + self.num_ps
+        return self.layout.num_tasks
 
     def task_spec(self, server: EventServer) -> task_runtime.TaskSpec:
         return task_runtime.TaskSpec(
             payload=self.payload, num_workers=self.num_workers, num_ps=self.num_ps,
             use_gpu=self.use_gpu, model_dir=self.model_dir, columns=self.columns,
             split_column=self.split_column, parquet_uri=self.parquet_uri,
-            event_address=server.address, event_secret=server.secret)
+            event_address=server.address, event_secret=server.secret,
+            evaluator=self.evaluator)
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskResources:
+    """What each task of the training stage asks Spark for (stage-level scheduling)."""
+
+    cpus: int | None = None
+    gpus: float | None = None
+
+    @classmethod
+    def checked(cls, cpus, gpus) -> "TaskResources | None":
+        """None when nothing is asked; refuses bad amounts with the value received."""
+        if cpus is not None and (isinstance(cpus, bool) or not isinstance(cpus, int)
+                                 or cpus < 1):
+            raise InvalidInputError(f"taskCpus must be an integer >= 1 or None. "
+                                    f"Received: taskCpus={cpus!r}")
+        if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, (int, float))
+                                 or gpus <= 0 or (gpus > 1 and gpus != int(gpus))):
+            raise InvalidInputError(f"taskGpus must be a fraction in (0, 1] or a whole number "
+                                    f"of GPUs, or None. Received: taskGpus={gpus!r}")
+        return None if cpus is None and gpus is None else cls(cpus, gpus)
+
+    def profile(self):
+        """The pyspark ``ResourceProfile`` of the training stage."""
+        from pyspark.resource import ResourceProfileBuilder, TaskResourceRequests
+
+        requests = TaskResourceRequests()
+        if self.cpus is not None:
+            requests.cpus(self.cpus)
+        if self.gpus is not None:
+            requests.resource("gpu", float(self.gpus))
+        return ResourceProfileBuilder().require(requests).build
+
+    def slots(self, sc, default_slots: int) -> int:
+        """Concurrent tasks of this profile, from the default profile's slots."""
+        return self.scale(default_slots, int(sc.getConf().get("spark.task.cpus", "1")))
+
+    def scale(self, slots: int, default_cpus: int) -> int:
+        """``slots`` tasks of ``default_cpus`` CPUs each, as tasks of this profile."""
+        return slots if self.cpus is None else slots * default_cpus // self.cpus
+
+    def check(self, sc) -> None:
+        """Refuses GPU requests that no executor can satisfy, before the stage starts."""
+        if self.gpus and not sc.getConf().get("spark.executor.resource.gpu.amount"):
+            raise InvalidInputError(
+                f"taskGpus={self.gpus} asks for GPUs, but the executors have none: set "
+                "spark.executor.resource.gpu.amount and "
+                "spark.executor.resource.gpu.discoveryScript when creating the session.")
 
 
 def launch(spark, payload: bytes, *, num_workers: int, num_ps: int = 0, df=None,
@@ -138,8 +198,9 @@ def launch(spark, payload: bytes, *, num_workers: int, num_ps: int = 0, df=None,
            model_dir: str | None = None, timeout: float | None = None,
            on_event: Callable[[dict], None] | None = None,
            what: str = "sparktf.run", stall_timeout: float | None = None,
-           parquet_uri: str | None = None) -> list[Any]:
-    """Runs one barrier stage of ``num_workers + num_ps`` tasks; returns unpickled results.
+           parquet_uri: str | None = None, evaluator: bool = False,
+           resources: TaskResources | None = None) -> list[Any]:
+    """Runs one barrier stage (the tasks of ``cluster.assign_roles``); returns unpickled results.
 
     With ``stall_timeout``, a rank that has sent heartbeats and then stays silent that
     long stops the stage with ``TaskStalledError``.
@@ -148,16 +209,22 @@ def launch(spark, payload: bytes, *, num_workers: int, num_ps: int = 0, df=None,
     sc = spark.sparkContext
     stage = _Stage(payload, num_workers, num_ps, tuple(columns), split_column,
                    str(use_gpu).lower() if isinstance(use_gpu, bool) else use_gpu,
-                   model_dir, timeout, what, stall_timeout, parquet_uri)
+                   model_dir, timeout, what, stall_timeout, parquet_uri, evaluator, resources)
     cluster_check.check_security(dict(sc.getConf().getAll()), what)
-    cluster_check.check_capacity(sc, stage.num_tasks, what)
-    if use_gpu is True:
+    if resources is not None:
+        resources.check(sc)
+    cluster_check.check_capacity(sc, stage.num_tasks, what,
+                                 resources.slots if resources is not None else None)
+    if use_gpu is True and not (resources is not None and resources.gpus):
         _check_gpu_conf(sc)
     elif use_gpu == "auto" and not _gpus_scheduled(sc):
         logger.info("sparktf: %s runs on CPU: Spark schedules no GPUs "
                     "(spark.task.resource.gpu.amount is not set)", what)
     cluster_check.ensure_executor_python(sc)
-    with cluster_check.SlotGate.hold(stage.num_tasks, cluster_check.current_slots(sc), what):
+    slots = cluster_check.current_slots(sc)
+    if resources is not None:
+        slots = resources.slots(sc, slots)
+    with cluster_check.SlotGate.hold(stage.num_tasks, slots, what):
         rows = _run_stage(spark, stage, df, _EventCollector(on_event))
     results = sorted(((r["rank"], r["result"]) for r in rows))
     return [cloudpickle.loads(blob) for _, blob in results]
@@ -167,13 +234,13 @@ def _run_stage(spark, stage: _Stage, df, collector: "_EventCollector"):
     """Runs the barrier stage, forming the cluster again if a port was taken."""
     sc = spark.sparkContext
     host = sc.getConf().get("spark.driver.host", "127.0.0.1")
-    frame = _input_frame(spark, df, stage.num_tasks)
+    frame = _input_frame(spark, df, stage)
     for attempt in range(1, PORT_CONFLICT_RETRIES + 1):
         collector.reset()
         tag = f"sparktf-{uuid.uuid4().hex[:12]}"
         with EventServer(host, collector, stage.num_tasks) as server, \
                 _watching(sc, stage, collector, tag):
-            job = _barrier_job(frame, stage.task_spec(server))
+            job = _barrier_job(frame, stage.task_spec(server), stage.resources)
             try:
                 return _collect(sc, job, stage.timeout, stage.what, tag)
             except JobTimeoutError:
@@ -200,20 +267,55 @@ def _is_port_conflict(failure: SparkTFError) -> bool:
             and failure.message.startswith(task_runtime.PORT_CONFLICT_PREFIX))
 
 
-def _input_frame(spark, df, num_tasks: int):
+def _input_frame(spark, df, stage: _Stage):
+    """One partition per task, each holding the rows the layout gives its rank."""
+    plan = stage.layout
     if df is None:
-        return spark.range(0, num_tasks, 1, num_tasks)
-    if df.rdd.getNumPartitions() != num_tasks:
+        return spark.range(0, plan.num_tasks, 1, plan.num_tasks)
+    if plan.simple:
+        if df.rdd.getNumPartitions() == plan.num_tasks:
+            return df
         # A shuffle, not coalesce: barrier stages refuse RDD chains that change partition counts.
-        return df.repartition(num_tasks)
-    return df
+        return df.repartition(plan.num_tasks)
+    return _routed(spark, df, plan, stage.split_column)
 
 
-def _barrier_job(frame, spec: task_runtime.TaskSpec):
+def _routed(spark, df, plan: cluster.Layout, split_column: str | None):
+    """``df`` hash-partitioned on a key chosen per row so that each row lands on its rank.
+
+    Training rows are spread at random over the training ranks, validation rows all
+    go to ``plan.validation_rank``; the other ranks get empty partitions.
+    """
+    from pyspark.sql import functions as F
+
+    keys = _partition_keys(spark, plan.num_tasks)
+    spread = F.array(*[F.lit(keys[r]) for r in plan.training_ranks])[
+        F.floor(F.rand(len(plan.training_ranks)) * len(plan.training_ranks)).cast("int")]
+    if plan.validation_rank is not None and split_column is not None:
+        spread = F.when(F.col(split_column), F.lit(keys[plan.validation_rank])).otherwise(spread)
+    return (df.withColumn(ROUTE_COLUMN, spread)
+            .repartition(plan.num_tasks, ROUTE_COLUMN).drop(ROUTE_COLUMN))
+
+
+def _partition_keys(spark, n: int) -> list[int]:
+    """For each partition p < n, a bigint that Spark's hash partitioning sends to p."""
+    from pyspark.sql import functions as F
+
+    found = (spark.range(0, 64 * n).select("id", F.pmod(F.hash("id"), F.lit(n)).alias("p"))
+             .groupBy("p").agg(F.min("id").alias("id")).collect())
+    keys = {row["p"]: row["id"] for row in found}
+    if len(keys) < n:  # astronomically unlikely with 64 candidates a partition
+        raise ClusterFormationError(f"found no routing key for some of {n} partitions")
+    return [keys[p] for p in range(n)]
+
+
+def _barrier_job(frame, spec: task_runtime.TaskSpec, resources: TaskResources | None):
     def barrier_task(batches):
         return task_runtime.run_task(spec, batches)
 
-    return frame.mapInArrow(barrier_task, "rank int, result binary", barrier=True)
+    profile = resources.profile() if resources is not None else None
+    return frame.mapInArrow(barrier_task, "rank int, result binary", barrier=True,
+                            profile=profile)
 
 
 @contextlib.contextmanager

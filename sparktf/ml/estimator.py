@@ -15,7 +15,7 @@ from pyspark.ml.util import MLReadable, MLWritable
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from sparktf import failures, launcher, pickling
+from sparktf import failures, launcher, pickling, tensorboard
 from sparktf.errors import InvalidInputError, SparkTFError
 from sparktf.ml import schema
 from sparktf.ml.model import TFModel
@@ -68,7 +68,8 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                  batchSize=32, learningRate=1e-3, hyperParams=None, validationFraction=0.0,
                  validationCol=None, shuffle=True, seed=None, inputMode="stream",
                  modelDir=None, maxRetries=0, useGpu="auto", callbacks=None,
-                 stallTimeout=600.0):
+                 stallTimeout=600.0, evaluator=False, tensorboard=False, taskCpus=None,
+                 taskGpus=None):
         super().__init__()
         self._set(**without_none(self._input_kwargs))
 
@@ -79,7 +80,8 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                   batchSize=32, learningRate=1e-3, hyperParams=None, validationFraction=0.0,
                   validationCol=None, shuffle=True, seed=None, inputMode="stream",
                   modelDir=None, maxRetries=0, useGpu="auto", callbacks=None,
-                  stallTimeout=600.0):
+                  stallTimeout=600.0, evaluator=False, tensorboard=False, taskCpus=None,
+                  taskGpus=None):
         """Sets the given Params; see the constructor."""
         return self._set(**without_none(self._input_kwargs))
 
@@ -105,6 +107,9 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
         if self.getInputMode() == "parquet":
             parquet_uri = self._parquet_copy(frame, dataset.sparkSession.sparkContext.master)
             frame = None  # the workers read the files themselves
+        resources = launcher.TaskResources.checked(self.getTaskCpus(), self.getTaskGpus())
+        if self.getTensorboard():
+            tensorboard.start(storage.parent(run_dir))
         policy = failures.FailurePolicy(self.getMaxRetries())
         for retries in itertools.count():
             progress = EpochProgress()
@@ -114,8 +119,9 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                     num_ps=self.getNumPs(), df=frame, columns=columns, split_column=split,
                     use_gpu=self.getUseGpu(), model_dir=run_dir, on_event=progress,
                     what="TFEstimator.fit", stall_timeout=self.getStallTimeout(),
-                    parquet_uri=parquet_uri)
-                return self._make_model(results[0])
+                    parquet_uri=parquet_uri, evaluator=self.getEvaluator(),
+                    resources=resources)
+                return self._make_model(results)
             except SparkTFError as failure:
                 decision = policy.decide(failure, retries)
                 if not decision.retry:
@@ -130,9 +136,13 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
         if self.getModelFn() is None:
             raise InvalidInputError("TFEstimator needs modelFn: a callable hparams -> compiled "
                                     "keras.Model. Received: modelFn=None")
-        if self.getNumPs() > 0:
-            raise InvalidInputError("Parameter-server training (numPs > 0) is not available "
-                                    f"yet. Received: numPs={self.getNumPs()}; use numPs=0.")
+        if self.getEvaluator() and not (self.isSet(self.validationCol)
+                                        or self.getValidationFraction() > 0):
+            raise InvalidInputError("evaluator=True evaluates on held-out rows: set "
+                                    "validationFraction or validationCol as well. Received: "
+                                    "evaluator=True with no validation rows")
+        if self.getTensorboard():
+            tensorboard.check_available()
         schema.check_feedable(dataset.schema, self.featureColumns(), "feature")
         schema.check_feedable(dataset.schema, [self.getLabelCol()], "label")
         if self.isSet(self.validationCol) and self.getValidationFraction() > 0:
@@ -191,7 +201,7 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
             shuffle=self.getShuffle(), seed=self.getOrDefault(self.seed) % (2 ** 31),
             has_validation=(self.isSet(self.validationCol)
                             or self.getValidationFraction() > 0),
-            callbacks=tuple(self.getCallbacks()))
+            callbacks=tuple(self.getCallbacks()), evaluator=self.getEvaluator())
 
     def _training_frame(self, dataset: DataFrame):
         """The columns the workers need, plus the validation flag if any."""
@@ -205,13 +215,23 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
             return dataset.select(*selected), columns, None
         return dataset.select(*selected, flag.alias(VALIDATION_FLAG)), columns, VALIDATION_FLAG
 
-    def _make_model(self, chief: dict) -> TFModel:
+    def _make_model(self, results: list) -> TFModel:
+        chief = next(r for r in results if isinstance(r, dict) and "export_dir" in r)
+        history = dict(chief["history"])
+        for result in results:
+            if isinstance(result, dict) and "evaluation" in result:
+                evaluated = dict(result["evaluation"])
+                epochs = evaluated.pop("epoch", [])
+                if len(epochs) != len(history.get("loss", [])):
+                    logger.warning("sparktf: the evaluator evaluated epochs %s only",
+                                   epochs)
+                history.update(evaluated)
         model = TFModel(modelPath=storage.join(chief["export_dir"], training.SAVED_MODEL))
         for param in ("featuresCol", "predictionCol", "probabilityCol", "rawPredictionCol",
                       "useGpu"):
             model._set(**{param: self.getOrDefault(param)})
         if self.isSet(self.inputCols):
             model._set(inputCols=self.getInputCols())
-        model._set(history=chief["history"], inputMapping=chief["input_mapping"],
+        model._set(history=history, inputMapping=chief["input_mapping"],
                    predictionKind=chief["prediction_kind"], fromLogits=chief["from_logits"])
         return model

@@ -148,6 +148,18 @@ class _TFEstimatorParams(_TFSharedParams, HasLabelCol, HasSeed):
                                _int_at_least("maxRetries", 0))
     callbacks: Param = _param("callbacks", "Keras callbacks run on the workers",
                               _callback_list)
+    evaluator: Param = _param("evaluator", "add an evaluator task that evaluates each "
+                              "checkpoint on the validation rows while training goes on "
+                              "(its val_* metrics join the history)", TypeConverters.toBoolean)
+    tensorboard: Param = _param("tensorboard", "start a TensorBoard server on the driver over "
+                                "modelDir's logs and print its URL",
+                                TypeConverters.toBoolean)
+    taskCpus: Param = _param("taskCpus", "CPUs each training task asks for (a Spark "
+                             "ResourceProfile for the training stage only)",
+                             _int_at_least("taskCpus", 1))
+    taskGpus: Param = _param("taskGpus", "GPUs each training task asks for (a Spark "
+                             "ResourceProfile for the training stage only): a fraction or a "
+                             "whole number", _positive_float("taskGpus"))
     stallTimeout: Param = _param("stallTimeout", "seconds a training worker may go without "
                                  "progress (a blocked callback, a collective that never "
                                  "completes) before the attempt is stopped",
@@ -160,7 +172,8 @@ class _TFEstimatorParams(_TFSharedParams, HasLabelCol, HasSeed):
                          numWorkers=1, numPs=0, epochs=1, batchSize=32, learningRate=1e-3,
                          hyperParams={}, validationFraction=0.0, shuffle=True,
                          inputMode="stream", maxRetries=0, useGpu="auto", callbacks=[],
-                         modelFn=None, stallTimeout=600.0)
+                         modelFn=None, stallTimeout=600.0, evaluator=False,
+                         tensorboard=False)
 
     def getModelFn(self):
         return self.getOrDefault(self.modelFn)
@@ -197,6 +210,18 @@ class _TFEstimatorParams(_TFSharedParams, HasLabelCol, HasSeed):
 
     def getMaxRetries(self) -> int:
         return self.getOrDefault(self.maxRetries)
+
+    def getEvaluator(self) -> bool:
+        return self.getOrDefault(self.evaluator)
+
+    def getTensorboard(self) -> bool:
+        return self.getOrDefault(self.tensorboard)
+
+    def getTaskCpus(self) -> int | None:
+        return self.getOrDefault(self.taskCpus) if self.isDefined(self.taskCpus) else None
+
+    def getTaskGpus(self) -> float | None:
+        return self.getOrDefault(self.taskGpus) if self.isDefined(self.taskGpus) else None
 
     def getCallbacks(self) -> list:
         return list(self.getOrDefault(self.callbacks))

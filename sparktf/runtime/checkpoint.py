@@ -37,6 +37,15 @@ def latest(model_dir: str) -> dict | None:
     return {**state, "dir": ref["dir"]}
 
 
+def at_epoch(epoch: int) -> dict:
+    """The reference ``restore`` takes for the checkpoint written after ``epoch``."""
+    return {"epoch": epoch, "dir": _name(epoch)}
+
+
+def _name(epoch: int) -> str:
+    return f"epoch-{epoch:05d}"
+
+
 def save(model, model_dir: str, epoch: int, history: dict, is_chief: bool) -> None:
     """Writes the checkpoint after ``epoch`` epochs; only the chief's copy is committed.
 
@@ -45,7 +54,7 @@ def save(model, model_dir: str, epoch: int, history: dict, is_chief: bool) -> No
     """
     import tensorflow as tf
 
-    name = f"epoch-{epoch:05d}"
+    name = _name(epoch)
     with tempfile.TemporaryDirectory(prefix="sparktf-ckpt-") as local:
         tf.train.Checkpoint(model=model, optimizer=model.optimizer).write(
             os.path.join(local, VARIABLES))

@@ -31,25 +31,57 @@ class Role:
 
 
 def assign_roles(num_workers: int, num_ps: int = 0, evaluator: bool = False) -> list[Role]:
-    """Roles by rank: all-reduce workers, or chief + workers + parameter servers (+ evaluator).
+    """Roles by rank: the training workers first, then the chief, parameter servers, evaluator.
 
-    With ``num_ps == 0`` every rank is a ``worker`` (worker 0 acts as chief, as
-    ``MultiWorkerMirroredStrategy`` expects). With parameter servers, rank 0 is the
-    ``chief`` that coordinates, the next ``num_workers - 1`` ranks are workers,
-    then the parameter servers; the evaluator, if any, comes last.
+    With ``num_ps == 0`` (all-reduce) there are ``num_workers`` workers and worker 0
+    acts as chief, as ``MultiWorkerMirroredStrategy`` expects. With parameter servers
+    the ``num_workers`` workers compute, a separate ``chief`` runs TensorFlow's
+    ``ClusterCoordinator``, and ``num_ps`` ``ps`` tasks hold the variables. An
+    optional ``evaluator`` comes last. Workers take the first ranks because they are
+    the tasks that receive the training rows (``Layout``).
     """
     if num_workers < 1:
         raise ValueError(f"num_workers must be >= 1. Received: num_workers={num_workers}")
     if num_ps < 0:
         raise ValueError(f"num_ps must be >= 0. Received: num_ps={num_ps}")
-    if num_ps == 0:
-        roles = [Role(WORKER, i) for i in range(num_workers)]
-    else:
-        roles = [Role(CHIEF, 0)] + [Role(WORKER, i) for i in range(num_workers - 1)]
-        roles += [Role(PS, i) for i in range(num_ps)]
+    roles = [Role(WORKER, i) for i in range(num_workers)]
+    if num_ps:
+        roles += [Role(CHIEF, 0)] + [Role(PS, i) for i in range(num_ps)]
     if evaluator:
         roles.append(Role(EVALUATOR, 0))
     return roles
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Which ranks receive which rows of the input DataFrame.
+
+    ``training_ranks`` share the training rows. Validation rows stay with them
+    (each worker holds out its own) unless a task that does not train evaluates:
+    the evaluator side-car, or else the parameter-server chief; that task,
+    ``validation_rank``, then receives all validation rows. Every other rank gets none.
+    """
+
+    num_tasks: int
+    training_ranks: tuple[int, ...]
+    validation_rank: int | None
+
+    @property
+    def simple(self) -> bool:
+        """Whether every task trains on an equal share (a plain repartition is enough)."""
+        return self.validation_rank is None and len(self.training_ranks) == self.num_tasks
+
+
+def layout(roles: Sequence[Role], has_validation: bool = False) -> Layout:
+    """The data layout for ``roles`` (as ``assign_roles`` orders them)."""
+    training = tuple(r for r, role in enumerate(roles) if role.job_name == WORKER)
+    validation = None
+    if has_validation:
+        for job in (EVALUATOR, CHIEF):
+            validation = next((r for r, role in enumerate(roles) if role.job_name == job), None)
+            if validation is not None:
+                break
+    return Layout(len(roles), training, validation)
 
 
 def build_cluster_spec(roles: Sequence[Role], addresses: Sequence[str]) -> dict[str, list[str]]:

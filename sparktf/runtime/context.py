@@ -45,6 +45,9 @@ class TaskContext:
         The task's ``CUDA_VISIBLE_DEVICES`` (empty: CPU only).
     assignedGpus : tuple of str
         The GPU addresses Spark assigned the task (``TaskContext.resources()``).
+    feedSpec : dict
+        Column -> (numpy dtype name, width; 0 for a scalar) of the input rows, the same
+        on every task, including those that received no rows.
     """
 
     jobName: str
@@ -61,6 +64,7 @@ class TaskContext:
     allValidationRows: tuple = ()
     gpus: str = ""  # this task's CUDA_VISIBLE_DEVICES ("" hides every GPU)
     assignedGpus: tuple = ()  # the GPU addresses Spark's scheduler gave the task
+    feedSpec: dict = dataclasses.field(default_factory=dict)
 
     @property
     def tfConfig(self) -> dict:

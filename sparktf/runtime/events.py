@@ -10,12 +10,15 @@ are acknowledged by the server.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import sys
 from typing import Any
 
 ACK = b"ok\n"
 CONNECT_TIMEOUT_S = 10.0
+# In the task's TensorFlow process: JSON [host, port, secret] of the driver's channel.
+CHANNEL_ENV = "SPARKTF_EVENT_CHANNEL"
 
 
 def encode(event: dict[str, Any]) -> bytes:
@@ -64,6 +67,27 @@ class EventClient:
         except OSError:
             self.close()
             return False
+
+    def request(self, event: dict[str, Any]) -> dict[str, Any] | None:
+        """Sends one event and blocks until the driver's reply; None if the channel is gone."""
+        if self._sock is None:
+            return None
+        event.setdefault("rank", self.rank)
+        try:
+            self._sock.sendall(encode(event))
+            line = self._reader.readline()
+        except OSError:
+            line = b""
+        if not line:
+            self.close()
+            return None
+        return decode(line)
+
+    @classmethod
+    def from_environment(cls, rank: int) -> "EventClient":
+        """A second connection from the task's TensorFlow process (``CHANNEL_ENV``)."""
+        host, port, secret = json.loads(os.environ[CHANNEL_ENV])
+        return cls((host, int(port)), secret, rank)
 
     def close(self) -> None:
         """Closes the connection; safe to call twice."""

@@ -33,6 +33,11 @@ class Shard:
     columns: tuple[str, ...]
     widths: tuple[int, ...]  # 0 for a scalar column, else the vector length
     num_rows: int
+    dtypes: tuple[str, ...] = ()  # numpy dtype name of each column's values
+
+    def describe(self) -> dict[str, tuple[str, int]]:
+        """Column -> (dtype, width): enough to parse the rows without the file."""
+        return {c: (d, w) for c, d, w in zip(self.columns, self.dtypes, self.widths)}
 
 
 def is_vector_type(t: pa.DataType) -> bool:
@@ -153,7 +158,10 @@ class _ShardWriter:
         schema = self._schema or pa.schema([(c, pa.float32()) for c in self.columns])
         widths = tuple(t.list_size if pa.types.is_fixed_size_list(t) else 0
                        for t in schema.types)
-        return Shard(path=self.path, columns=self.columns, widths=widths, num_rows=self.rows)
+        dtypes = tuple((t.value_type if pa.types.is_fixed_size_list(t) else t).to_pandas_dtype()
+                       .__name__ for t in schema.types)
+        return Shard(path=self.path, columns=self.columns, widths=widths, num_rows=self.rows,
+                     dtypes=dtypes)
 
 
 def spill(batches: Iterable[pa.RecordBatch], path: str, columns: Sequence[str],
@@ -295,9 +303,12 @@ def split_sizes(rows: int, steps: int) -> list[int]:
     return [base + 1] * extra + [base] * (steps - extra)
 
 
-def parquet_batches(uri: str, rank: int, num_workers: int,
-                    batch_rows: int = 10_000) -> Iterator[pa.RecordBatch]:
-    """This worker's share of a Parquet folder: every ``num_workers``-th file, as batches."""
+def parquet_batches(uri: str, rank: int, num_workers: int, batch_rows: int = 10_000,
+                    only: tuple[str, bool] | None = None) -> Iterator[pa.RecordBatch]:
+    """This worker's share of a Parquet folder: every ``num_workers``-th file, as batches.
+
+    ``only=(column, value)`` keeps the rows whose boolean ``column`` equals ``value``.
+    """
     import pyarrow.dataset as pads
     from pyarrow import fs
 
@@ -311,5 +322,9 @@ def parquet_batches(uri: str, rank: int, num_workers: int,
     mine = files[rank::num_workers]
     if not mine:
         return
+    where = None
+    if only is not None:
+        import pyarrow.compute as pc
+        where = pc.field(only[0]) == only[1]
     yield from pads.dataset(mine, format="parquet", filesystem=filesystem).to_batches(
-        batch_size=batch_rows)
+        batch_size=batch_rows, filter=where)

@@ -28,7 +28,10 @@ class Heartbeat:
 
 
 def report_epoch(ctx, epoch: int, epochs: int, logs: dict, rows: int, seconds: float) -> None:
-    """Rank 0 sends one epoch's metrics and throughput to the driver's progress display."""
-    if ctx.rank == 0:
+    """The chief sends one epoch's metrics and throughput to the driver's progress display.
+
+    Sent after the epoch's checkpoint is committed: the evaluator side-car waits for it.
+    """
+    if ctx.isChief:
         ctx.emit("epoch", epoch=epoch, epochs=epochs, logs=logs, rows=rows, seconds=seconds,
                  rows_per_s=rows / seconds if seconds else 0.0)

@@ -27,6 +27,11 @@ def join(uri: str, *parts: str) -> str:
     return "/".join([uri.rstrip("/"), *parts])
 
 
+def parent(uri: str) -> str:
+    """The folder holding ``uri`` (the inverse of one ``join``)."""
+    return uri.rstrip("/").rsplit("/", 1)[0]
+
+
 def _fs(uri: str):
     from pyarrow import fs
     return fs.FileSystem.from_uri(uri)

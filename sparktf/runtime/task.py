@@ -29,7 +29,7 @@ import pyarrow as pa
 from sparktf.errors import TaskFailedError
 from sparktf.runtime import cluster, feed, gpu
 from sparktf.runtime.context import DONE_LINE, EVENT_MARKER, TaskContext
-from sparktf.runtime.events import EventClient
+from sparktf.runtime.events import CHANNEL_ENV, EventClient
 
 RESULT_SCHEMA = pa.schema([("rank", pa.int32()), ("result", pa.binary())])
 LOG_TAIL_LINES = 40
@@ -58,6 +58,11 @@ class TaskSpec:
     event_secret: str = ""
     forward_all_ranks: bool = False
     child_env: tuple[tuple[str, str], ...] = ()
+    evaluator: bool = False
+
+    @property
+    def roles(self) -> list[cluster.Role]:
+        return cluster.assign_roles(self.num_workers, self.num_ps, self.evaluator)
 
 
 def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -67,18 +72,19 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     barrier = BarrierTaskContext.get()
     rank = barrier.partitionId()
     _reset_peak_rss()
-    role = cluster.assign_roles(spec.num_workers, spec.num_ps)[rank]
+    role = spec.roles[rank]
     with EventClient(spec.event_address, spec.event_secret, rank) as events, \
             tempfile.TemporaryDirectory(prefix=f"sparktf-rank{rank}-") as workdir:
         assigned = _assigned_gpus(barrier)
         try:
-            devices = gpu.visible_devices(assigned, spec.use_gpu,
-                                          os.environ.get("CUDA_VISIBLE_DEVICES"))
+            devices = ("" if role.job_name == cluster.PS else  # variables live in host memory
+                       gpu.visible_devices(assigned, spec.use_gpu,
+                                           os.environ.get("CUDA_VISIBLE_DEVICES")))
         except gpu.GpuAssignmentError as e:
             _fail(events, rank, role, f"GpuAssignmentError: {e}", traceback.format_exc(), "")
         with _Child(spec, rank, devices, barrier.cpus(), workdir, events) as child:
             if spec.parquet_uri:
-                batches = feed.parquet_batches(spec.parquet_uri, rank, spec.num_workers)
+                batches = _parquet_share(spec, rank)
             try:
                 shard, held_out = (feed.spill(batches, os.path.join(workdir, "shard.arrow"),
                                               spec.columns, spec.split_column)
@@ -112,18 +118,32 @@ def _form_cluster(spec, barrier, rank, role, shard, held_out, devices, assigned,
     mine = {"address": f"{host}:{cluster.pick_port()}",
             "rows": shard.num_rows if shard else 0,
             "validation_rows": held_out.num_rows if held_out else 0,
-            "channel": connected}
+            "channel": connected,
+            "feed": next((s.describe() for s in (shard, held_out) if s and s.num_rows), None)}
     gathered = [json.loads(g) for g in barrier.allGather(json.dumps(mine))]
-    roles = cluster.assign_roles(spec.num_workers, spec.num_ps)
-    spec_dict = cluster.build_cluster_spec(roles, [g["address"] for g in gathered])
+    spec_dict = cluster.build_cluster_spec(spec.roles, [g["address"] for g in gathered])
     ctx = TaskContext(jobName=role.job_name, taskIndex=role.task_index, rank=rank,
                        clusterSpec=spec_dict, numWorkers=spec.num_workers, numPs=spec.num_ps,
                        modelDir=spec.model_dir, numRows=mine["rows"],
                        allNumRows=tuple(g["rows"] for g in gathered), shard=shard,
                        validationShard=held_out,
                        allValidationRows=tuple(g["validation_rows"] for g in gathered),
-                       gpus=devices, assignedGpus=tuple(assigned))
+                       gpus=devices, assignedGpus=tuple(assigned),
+                       feedSpec=next((g["feed"] for g in gathered if g["feed"]), {}))
     return ctx, all(g["channel"] for g in gathered)
+
+
+def _parquet_share(spec: TaskSpec, rank: int) -> Iterator[pa.RecordBatch]:
+    """inputMode='parquet': the rows of the Parquet copy that the layout gives this rank."""
+    plan = cluster.layout(spec.roles, spec.split_column is not None)
+    separate = plan.validation_rank is not None
+    if rank in plan.training_ranks:
+        return feed.parquet_batches(spec.parquet_uri, plan.training_ranks.index(rank),
+                                    len(plan.training_ranks),
+                                    only=(spec.split_column, False) if separate else None)
+    if rank == plan.validation_rank:
+        return feed.parquet_batches(spec.parquet_uri, 0, 1, only=(spec.split_column, True))
+    return iter(())
 
 
 def _release(events: EventClient, barrier, through_channel: bool) -> None:
@@ -187,8 +207,11 @@ class _Child:
         """
         payload_path = os.path.join(self.workdir, "payload.pkl")
         with open(payload_path, "wb") as f:
-            cloudpickle.dump((self.spec.payload, ctx,
-                              {"TF_CONFIG": json.dumps(ctx.tfConfig, sort_keys=True)}), f)
+            env = {"TF_CONFIG": json.dumps(ctx.tfConfig, sort_keys=True)}
+            if self.spec.event_address is not None:
+                env[CHANNEL_ENV] = json.dumps([*self.spec.event_address,
+                                               self.spec.event_secret])
+            cloudpickle.dump((self.spec.payload, ctx, env), f)
         try:
             self.proc.stdin.write(payload_path + "\n")
             self.proc.stdin.flush()

@@ -41,6 +41,11 @@ class TrainSpec:
     seed: int = 0
     has_validation: bool = False
     callbacks: tuple = ()
+    evaluator: bool = False  # an evaluator side-car validates instead of the workers
+
+    @property
+    def validates_in_loop(self) -> bool:
+        return self.has_validation and not self.evaluator
 
 
 def plan_steps(all_rows: Sequence[int], global_batch: int) -> int:
@@ -56,28 +61,51 @@ def step_weights(all_rows: Sequence[int], rank: int, steps: int) -> list[float]:
 
 
 def train_main(spec: TrainSpec, ctx) -> dict | None:
-    """Trains on this task's shard in lockstep with the other workers; the chief reports."""
+    """What one task of ``fit`` does, by its role; the chief (and evaluator) report results.
+
+    All-reduce workers train on their shards in lockstep; with parameter servers
+    see ``ps_training``; the evaluator side-car is ``evaluation``.
+    """
+    from sparktf.runtime import cluster, evaluation, ps_training
+
+    if ctx.jobName == cluster.EVALUATOR:
+        return evaluation.evaluate_checkpoints(spec, ctx)
+    if ctx.numPs:
+        return ps_training.train(spec, ctx)
+    return _all_reduce(spec, ctx)
+
+
+def _all_reduce(spec: TrainSpec, ctx) -> dict | None:
     import tensorflow as tf
 
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     with strategy.scope():
-        model = spec.model_fn(dict(spec.hparams))
-        keras_steps.check_compiled(model)
-        model.optimizer.build(model.trainable_variables)
+        model = build_model(spec)
     _check_labels(model, spec, ctx)
-    found = checkpoint.latest(spec.model_dir)
-    if found:
-        checkpoint.restore(model, spec.model_dir, found)
-        print(f"sparktf: resuming after epoch {found['epoch']} from the last checkpoint",
-              flush=True)
-    first_epoch, history = (found["epoch"], found["history"]) if found else (0, {})
+    first_epoch, history = resume(model, spec)
     if tf_keras_fit.is_tf_keras(model):  # Keras 2 models keep their own fit
         history = tf_keras_fit.fit(
             spec, ctx, strategy, model, first_epoch, history,
             plan_steps(ctx.allNumRows, spec.batch_size),
-            plan_steps(ctx.allValidationRows, spec.batch_size) if spec.has_validation else 0)
+            plan_steps(ctx.allValidationRows, spec.batch_size) if spec.validates_in_loop else 0)
     else:
         history = _EpochLoop(spec, ctx, strategy, model).fit(first_epoch, history)
+    return chief_result(model, spec, ctx, history)
+
+
+def resume(model, spec: TrainSpec) -> tuple[int, dict]:
+    """(first epoch, history so far): from the last checkpoint of this fit, if any."""
+    found = checkpoint.latest(spec.model_dir)
+    if not found:
+        return 0, {}
+    checkpoint.restore(model, spec.model_dir, found)
+    print(f"sparktf: resuming after epoch {found['epoch']} from the last checkpoint",
+          flush=True)
+    return found["epoch"], found["history"]
+
+
+def chief_result(model, spec: TrainSpec, ctx, history: dict) -> dict | None:
+    """Exports the trained model; the chief's answer to the driver (None elsewhere)."""
     exported, input_names = _export(model, spec, ctx)
     if not ctx.isChief:
         return None
@@ -85,6 +113,14 @@ def train_main(spec: TrainSpec, ctx) -> dict | None:
     return {"history": history, "export_dir": exported, "rows": int(sum(ctx.allNumRows)),
             "input_mapping": dict(zip(spec.feature_columns, input_names)),
             "prediction_kind": kind, "from_logits": from_logits}
+
+
+def build_model(spec: TrainSpec):
+    """The user's compiled model with its optimizer's variables (under the current scope)."""
+    model = spec.model_fn(dict(spec.hparams))
+    keras_steps.check_compiled(model)
+    model.optimizer.build(model.trainable_variables)
+    return model
 
 
 def _check_labels(model, spec: TrainSpec, ctx) -> None:
@@ -119,8 +155,8 @@ class _EpochLoop:
         self.weights = [w / replicas for w in step_weights(ctx.allNumRows, ctx.rank,
                                                            self.steps)]
         self.val_steps = (plan_steps(ctx.allValidationRows, spec.batch_size)
-                          if spec.has_validation else 0)
-        self.callbacks = _callback_list(spec.callbacks, model, spec.epochs, self.steps)
+                          if spec.validates_in_loop else 0)
+        self.callbacks = callback_list(spec.callbacks, model, spec.epochs, self.steps)
         self.rows_trained = 0
 
     def fit(self, first_epoch: int = 0, history: dict | None = None) -> dict[str, list[float]]:
@@ -193,7 +229,7 @@ class _EpochLoop:
 
 
 
-def _callback_list(callbacks, model, epochs: int, steps: int):
+def callback_list(callbacks, model, epochs: int, steps: int):
     import keras
 
     return keras.callbacks.CallbackList(list(callbacks), add_history=False,

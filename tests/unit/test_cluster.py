@@ -14,10 +14,26 @@ def test_all_reduce_roles_are_workers_by_rank():
     assert cluster.assign_roles(3) == [Role("worker", 0), Role("worker", 1), Role("worker", 2)]
 
 
-def test_parameter_server_roles_put_chief_first_and_ps_last():
-    roles = cluster.assign_roles(3, num_ps=2, evaluator=True)
-    assert [str(r) for r in roles] == ["chief:0", "worker:0", "worker:1", "ps:0", "ps:1",
+def test_parameter_server_roles_put_workers_first_then_chief_ps_evaluator():
+    roles = cluster.assign_roles(2, num_ps=2, evaluator=True)
+    assert [str(r) for r in roles] == ["worker:0", "worker:1", "chief:0", "ps:0", "ps:1",
                                        "evaluator:0"]
+
+
+def test_all_reduce_layout_is_a_plain_repartition():
+    plan = cluster.layout(cluster.assign_roles(3), has_validation=True)
+    assert plan.simple and plan.training_ranks == (0, 1, 2) and plan.validation_rank is None
+
+
+def test_validation_rows_go_to_the_evaluator_when_there_is_one():
+    plan = cluster.layout(cluster.assign_roles(2, num_ps=1, evaluator=True), True)
+    assert plan == cluster.Layout(5, (0, 1), 4) and not plan.simple
+
+
+def test_parameter_server_chief_validates_without_an_evaluator():
+    plan = cluster.layout(cluster.assign_roles(2, num_ps=1), has_validation=True)
+    assert plan == cluster.Layout(4, (0, 1), 2)
+    assert cluster.layout(cluster.assign_roles(2, num_ps=1)).validation_rank is None
 
 
 @pytest.mark.parametrize("workers,ps", [(0, 0), (-1, 0), (2, -1)])
@@ -27,10 +43,10 @@ def test_bad_counts_are_refused(workers, ps):
 
 
 def test_cluster_spec_orders_addresses_by_task_index_and_skips_evaluator():
-    roles = cluster.assign_roles(3, num_ps=1, evaluator=True)
+    roles = cluster.assign_roles(2, num_ps=1, evaluator=True)
     addresses = ["h0:1", "h1:2", "h2:3", "h3:4", "h4:5"]
     assert cluster.build_cluster_spec(roles, addresses) == {
-        "chief": ["h0:1"], "worker": ["h1:2", "h2:3"], "ps": ["h3:4"]}
+        "chief": ["h2:3"], "worker": ["h0:1", "h1:2"], "ps": ["h3:4"]}
 
 
 def test_cluster_spec_needs_one_address_per_role():

@@ -16,7 +16,6 @@ from sparktf.runtime.events import EventClient, encode
     ({"num_workers": 2.0}, "numWorkers=2.0"),
     ({"num_workers": True}, "numWorkers=True"),
     ({"num_ps": -1}, "numPs=-1"),
-    ({"num_ps": 1, "num_workers": 1}, "numWorkers >= 2"),
     ({"use_gpu": "yes"}, "useGpu='yes'"),
     ({"timeout": 0}, "timeout=0"),
 ])
@@ -85,6 +84,50 @@ def test_secured_spark_apps_refuse_unauthenticated_tensorflow_unless_allowed(set
         cluster_check.check_security({setting: "true"}, "TFEstimator.fit")
     cluster_check.check_security({setting: "true", cluster_check.ALLOW_PLAIN_TF: "true"}, "x")
     cluster_check.check_security({}, "x")  # an unsecured app needs nothing
+
+
+@pytest.mark.parametrize("cpus,gpus,fragment", [
+    (0, None, "taskCpus=0"), (1.5, None, "taskCpus=1.5"), (True, None, "taskCpus=True"),
+    (None, 0, "taskGpus=0"), (None, 1.5, "taskGpus=1.5"), (None, "1", "taskGpus='1'"),
+])
+def test_bad_task_resources_are_refused_with_the_value(cpus, gpus, fragment):
+    with pytest.raises(sparktf.InvalidInputError) as info:
+        launcher.TaskResources.checked(cpus, gpus)
+    assert fragment in str(info.value)
+
+
+def test_task_resources_fit_fewer_tasks_per_executor_when_they_ask_for_more_cpus():
+    assert launcher.TaskResources.checked(None, None) is None
+    assert launcher.TaskResources.checked(None, 0.5) == launcher.TaskResources(None, 0.5)
+    assert launcher.TaskResources(cpus=2).scale(slots=4, default_cpus=1) == 2
+    assert launcher.TaskResources(cpus=3).scale(slots=4, default_cpus=2) == 2
+    assert launcher.TaskResources(gpus=1.0).scale(slots=4, default_cpus=1) == 4
+
+
+def test_event_channel_tells_a_waiting_evaluator_of_each_epoch_and_of_the_end():
+    with EventServer("127.0.0.1", lambda e: None, num_tasks=3) as server:
+        with EventClient(server.address, server.secret, rank=0) as chief, \
+                EventClient(server.address, server.secret, rank=1) as worker, \
+                EventClient(server.address, server.secret, rank=2) as evaluator:
+            replies = []
+            waiting = threading.Thread(target=lambda: replies.append(
+                evaluator.request({"kind": "await_epoch", "after": 0})))
+            waiting.start()
+            waiting.join(0.3)
+            assert replies == []  # blocked: no epoch yet
+            assert chief.send({"kind": "epoch", "epoch": 1, "ack": True}, wait_ack=True)
+            waiting.join(10)
+            assert replies == [{"epoch": 1, "finished": False}]
+            done = [threading.Thread(target=c.send, args=({"kind": "done", "ack": True},),
+                                     kwargs={"wait_ack": True}) for c in (chief, worker)]
+            for thread in done:
+                thread.start()
+            assert evaluator.request({"kind": "await_epoch", "after": 1}) == {
+                "epoch": 1, "finished": True}  # every other task is done: training is over
+            assert evaluator.send({"kind": "done", "ack": True}, wait_ack=True)
+            for thread in done:
+                thread.join(10)
+                assert not thread.is_alive()
 
 
 def test_event_channel_is_an_exit_barrier_for_all_tasks():

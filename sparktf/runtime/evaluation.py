@@ -1,0 +1,70 @@
+"""Validation outside the training loop: the evaluator side-car, and the PS chief's pass.
+
+The evaluator (``TFEstimator(evaluator=True)``) is one more task of the barrier
+stage, outside TensorFlow's cluster. It holds the validation rows and evaluates
+each checkpoint as the chief commits it, while training goes on: it waits for
+the next one with one blocking request to the driver (which hears of every
+committed epoch), restores it into its own copy of the model, and evaluates.
+Its metrics reach the driver in its result and join the model's history.
+"""
+
+from __future__ import annotations
+
+import collections
+
+from sparktf.runtime import checkpoint, feed, keras_steps, training
+from sparktf.runtime.events import EventClient
+
+
+def evaluate(model, spec: training.TrainSpec, shard: feed.Shard) -> dict[str, float]:
+    """``val_loss`` and the compiled metrics (``val_`` prefixed) of ``model`` on ``shard``."""
+    import tensorflow as tf
+
+    strategy = tf.distribute.get_strategy()  # the default: this process alone
+    _, eval_step = keras_steps.make_steps(strategy, model)
+    specs = keras_steps.input_specs(model)
+    names = list(spec.feature_columns) + [spec.label_column]
+    model.reset_metrics()
+    loss_sum, rows = 0.0, 0
+    for batch in feed.step_batches(shard, training.plan_steps([shard.num_rows],
+                                                              spec.batch_size), names):
+        label = batch[spec.label_column]
+        x = keras_steps.to_model_inputs([batch[c] for c in spec.feature_columns], specs)
+        loss_sum += keras_steps.local_value(strategy, eval_step(x, label)) * len(label)
+        rows += len(label)
+    return {"val_loss": loss_sum / max(rows, 1),
+            **keras_steps.metric_results(model, prefix="val_")}
+
+
+def evaluate_checkpoints(spec: training.TrainSpec, ctx) -> dict:
+    """The evaluator's loop: each committed checkpoint, in order, until training is over."""
+    import tensorflow as tf
+
+    shard = ctx.validationShard
+    if shard is None or not shard.num_rows:
+        raise ValueError("The evaluator received no validation rows. Set validationFraction "
+                         "or validationCol so that some rows are held out.")
+    model = training.build_model(spec)
+    history: dict[str, list] = collections.defaultdict(list)
+    done = 0
+    with EventClient.from_environment(ctx.rank) as channel:
+        while True:
+            notice = channel.request({"kind": "await_epoch", "after": done})
+            if notice is None:
+                raise RuntimeError("The evaluator lost the driver's event channel.")
+            for epoch in range(done + 1, int(notice["epoch"]) + 1):
+                try:
+                    checkpoint.restore(model, spec.model_dir, checkpoint.at_epoch(epoch))
+                except (OSError, tf.errors.NotFoundError):
+                    ctx.emit("log", line=f"evaluator: skipped epoch {epoch}: its checkpoint "
+                                         "was already replaced by newer ones")
+                    continue
+                logs = evaluate(model, spec, shard)
+                history["epoch"].append(epoch)
+                for key, value in logs.items():
+                    history[key].append(value)
+                ctx.emit("log", line=f"evaluator: epoch {epoch} " + " ".join(
+                    f"{k}={v:.4f}" for k, v in logs.items()))
+            done = max(done, int(notice["epoch"]))
+            if notice["finished"]:
+                return {"evaluation": dict(history)}

@@ -1,0 +1,195 @@
+"""Asynchronous training with parameter servers (``numPs > 0``).
+
+The tasks of the barrier stage take TensorFlow's roles: ``ps`` tasks hold the
+variables, ``worker`` tasks run training steps, and the ``chief`` runs
+``tf.distribute.coordinator.ClusterCoordinator``, which schedules steps on
+whichever worker is free. Workers and parameter servers only start a TensorFlow
+server and return; their processes (and servers) live until the task releases
+them, which happens after the chief has finished (the job's exit barrier). So no
+parameter server outlives the job, and none leaves while the chief needs it.
+
+Data: each worker writes its share of the rows to a TFRecord file in its own
+working directory. The chief builds the input pipeline once and TensorFlow runs
+it on every worker, where the file's relative path names that worker's own file.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+
+import numpy as np
+
+from sparktf.runtime import (checkpoint, cluster, evaluation, feed, keras_steps, signals,
+                             summaries, tf_keras_fit, training)
+
+SHARD_FILE = "sparktf-train.tfrecord"  # relative: each worker process's working directory
+SHUFFLE_ROWS = 10_000  # rows in the workers' shuffle buffer
+STEPS_PER_JOIN = 200  # steps scheduled between heartbeats
+
+
+def train(spec: training.TrainSpec, ctx) -> dict | None:
+    """One task of parameter-server training, by its role."""
+    if ctx.jobName == cluster.WORKER:
+        write_records(ctx.shard, list(spec.feature_columns) + [spec.label_column], SHARD_FILE)
+    if ctx.jobName in (cluster.WORKER, cluster.PS):
+        serve(ctx)
+        return None
+    return _Chief(spec, ctx).fit()
+
+
+def write_records(shard: feed.Shard | None, names: list[str], path: str) -> None:
+    """The shard as TFRecords: one record per chunk, holding each column as a tensor."""
+    import tensorflow as tf
+
+    with tf.io.TFRecordWriter(path) as writer:
+        if shard is None or not shard.num_rows:
+            return
+        for chunk in feed.read_chunks(shard, names):
+            parts = [tf.io.serialize_tensor(chunk[n]) for n in names]
+            writer.write(tf.io.serialize_tensor(tf.stack(parts)).numpy())
+
+
+_servers: list = []  # this process's TensorFlow server, kept until the process exits
+
+
+def serve(ctx) -> None:
+    """Starts this task's TensorFlow server; it serves until the task releases the process."""
+    import tensorflow as tf
+
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    _servers.append(tf.distribute.Server(resolver.cluster_spec(), job_name=ctx.jobName,
+                                         task_index=ctx.taskIndex, protocol="grpc",
+                                         start=True))
+    print(f"sparktf: {ctx.jobName}:{ctx.taskIndex} serving for the chief", flush=True)
+
+
+class _Chief:
+    """Schedules the training steps on the workers, epoch by epoch; validates; exports."""
+
+    def __init__(self, spec: training.TrainSpec, ctx):
+        import tensorflow as tf
+
+        self.spec, self.ctx = spec, ctx
+        workers = ctx.allNumRows[:ctx.numWorkers]  # workers take the first ranks
+        if min(workers) == 0:
+            raise ValueError(f"A worker received no training rows ({sum(workers)} rows over "
+                             f"{len(workers)} workers). Use fewer workers (numWorkers) or more "
+                             "data.")
+        self.strategy = tf.distribute.ParameterServerStrategy(
+            tf.distribute.cluster_resolver.TFConfigClusterResolver())
+        with self.strategy.scope():
+            self.model = training.build_model(spec)
+        if tf_keras_fit.is_tf_keras(self.model):
+            raise TypeError("Parameter-server training (numPs > 0) runs Keras 3 models; this "
+                            "modelFn returned a tf_keras model. Use numPs=0, or build the "
+                            "model with Keras 3.")
+        self.specs = keras_steps.input_specs(self.model)
+        self.coordinator = tf.distribute.coordinator.ClusterCoordinator(self.strategy)
+        self.steps = training.plan_steps(ctx.allNumRows, spec.batch_size)
+        self.beat = signals.Heartbeat(ctx)
+        self.summaries = summaries.EpochSummaries(spec.model_dir, True)
+        self.callbacks = training.callback_list(spec.callbacks, self.model, spec.epochs,
+                                                self.steps)
+
+    def fit(self) -> dict:
+        first_epoch, history = training.resume(self.model, self.spec)
+        history = collections.defaultdict(list, {k: list(v) for k, v in history.items()})
+        iterator = iter(self.coordinator.create_per_worker_dataset(self._dataset_fn))
+        train_step = self._train_step()
+        self.callbacks.on_train_begin()
+        for epoch in range(first_epoch, self.spec.epochs):
+            started = time.monotonic()
+            self.callbacks.on_epoch_begin(epoch)
+            logs = self._train_epoch(epoch, train_step, iterator)
+            if self.spec.validates_in_loop and self.ctx.validationShard is not None:
+                self.beat("validation", epoch + 1)
+                logs.update(evaluation.evaluate(self.model, self.spec, self.ctx.validationShard))
+            self.callbacks.on_epoch_end(epoch, logs)
+            for key, value in logs.items():
+                history[key].append(value)
+            self.summaries.write(epoch + 1, logs)
+            self.beat("checkpoint", epoch + 1)
+            checkpoint.save(self.model, self.spec.model_dir, epoch + 1, dict(history), True)
+            signals.report_epoch(self.ctx, epoch + 1, self.spec.epochs, logs,
+                                 self.steps * self.spec.batch_size, time.monotonic() - started)
+            if getattr(self.model, "stop_training", False):
+                break
+        self.callbacks.on_train_end({k: v[-1] for k, v in history.items()})
+        self.summaries.close()
+        return training.chief_result(self._plain_copy(), self.spec, self.ctx, dict(history))
+
+    def _train_epoch(self, epoch: int, train_step, iterator) -> dict[str, float]:
+        self.model.reset_metrics()
+        losses = []
+        for start in range(0, self.steps, STEPS_PER_JOIN):
+            self.beat("training", epoch + 1, start)
+            losses += [self.coordinator.schedule(train_step, args=(iterator,))
+                       for _ in range(start, min(start + STEPS_PER_JOIN, self.steps))]
+            self.coordinator.join()  # raises the first error of a scheduled step
+        return {"loss": float(np.mean([loss.fetch() for loss in losses])),
+                **keras_steps.metric_results(self.model)}
+
+    def _train_step(self):
+        import tensorflow as tf
+
+        model, strategy = self.model, self.strategy
+
+        @tf.function
+        def train_step(iterator):
+            def replica(x, y):
+                with tf.GradientTape() as tape:
+                    y_pred = model(x, training=True)
+                    loss = tf.reduce_sum(model.compute_loss(x=x, y=y, y_pred=y_pred,
+                                                            training=True))
+                grads = tape.gradient(loss, model.trainable_variables)
+                model.optimizer.apply_gradients(zip(grads, model.trainable_variables))
+                model.compute_metrics(x, y, y_pred, sample_weight=None)
+                return loss
+            x, y = next(iterator)
+            return strategy.run(replica, args=(x, y))
+        return train_step
+
+    def _dataset_fn(self):
+        """Built on the chief, run by TensorFlow on each worker over that worker's file."""
+        import tensorflow as tf
+
+        names = list(self.spec.feature_columns) + [self.spec.label_column]
+        layout = [(tf.as_dtype(self.ctx.feedSpec[n][0]), self.ctx.feedSpec[n][1]) for n in names]
+        specs = self.specs
+
+        def parse(record):
+            parts = tf.io.parse_tensor(record, tf.string)
+            return tuple(tf.ensure_shape(tf.io.parse_tensor(parts[i], dtype),
+                                         [None] if width == 0 else [None, width])
+                         for i, (dtype, width) in enumerate(layout))
+
+        def to_model(*columns):
+            features = [_shape_input(c, specs[i] if i < len(specs) else (None, None))
+                        for i, c in enumerate(columns[:-1])]
+            return (features[0] if len(features) == 1 else tuple(features)), columns[-1]
+
+        ds = tf.data.TFRecordDataset(SHARD_FILE).map(parse).unbatch()
+        if self.spec.shuffle:
+            ds = ds.shuffle(SHUFFLE_ROWS, seed=self.spec.seed, reshuffle_each_iteration=True)
+        return ds.repeat().batch(self.spec.batch_size).map(to_model).prefetch(
+            tf.data.AUTOTUNE)
+
+    def _plain_copy(self):
+        """The trained model outside the strategy (its variables on the parameter servers)."""
+        plain = training.build_model(self.spec)
+        plain.set_weights(self.model.get_weights())
+        return plain
+
+
+def _shape_input(column, spec):
+    """One feature batch shaped and typed for its model input, in the graph."""
+    import tensorflow as tf
+
+    shape, dtype = spec
+    if shape is not None and len(shape) > 1:
+        column = tf.reshape(column, [-1, *shape])
+    if dtype is not None and tf.as_dtype(dtype) != column.dtype:
+        column = tf.cast(column, dtype)
+    return column
+
