@@ -135,10 +135,9 @@ def floor_rates(rows):
         return pa.array(np.zeros(len(features)))
     # real types, not this module's postponed (string) annotations, for arrow_udf to read
     noop.__annotations__ = {"features": pa.Array, "return": pa.Array}
-    noop = arrow_udf("double")(noop)
 
     def spark_floor(spark, df):
-        return df.withColumn("score", noop("features"))
+        return df.withColumn("score", arrow_udf("double")(noop)("features"))
     return _with_session(rows, spark_floor, "score")
 
 

@@ -64,6 +64,7 @@ def check_capacity(sc, num_tasks: int, what: str, scale=None) -> None:
     slots)`` turns default-profile slots into the stage's (a ResourceProfile asking for
     more CPUs per task fits fewer tasks).
     """
+    scale_given = scale is not None
     scale = scale or (lambda _sc, slots: slots)
     conf = dict(sc.getConf().getAll())
     if conf.get("spark.dynamicAllocation.enabled", "false").lower() == "true":
@@ -84,8 +85,9 @@ def check_capacity(sc, num_tasks: int, what: str, scale=None) -> None:
     raise ClusterCapacityError(
         f"{what} needs {num_tasks} concurrent task slots for its barrier stage, but the "
         f"cluster offers {offered} (master={sc.master}, "
-        f"spark.task.cpus={conf.get('spark.task.cpus', '1')}). Use at most {offered} tasks "
-        "or add executors/cores.")
+        f"spark.task.cpus={conf.get('spark.task.cpus', '1')}"
+        f"{', with the CPUs per task asked for' if scale_given else ''}). Use at most "
+        f"{offered} tasks or add executors/cores.")
 
 
 def _await_slots(sc, num_tasks: int, timeout_s: float, scale) -> int:

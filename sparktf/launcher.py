@@ -288,17 +288,20 @@ def _routed(spark, df, plan: cluster.Layout, split_column: str | None):
     """
     from pyspark.sql import functions as F
 
-    keys = _partition_keys(spark, plan.num_tasks)
-    spread = F.array(*[F.lit(keys[r]) for r in plan.training_ranks])[
+    keys = [F.lit(k).cast("bigint") for k in _partition_keys(spark, plan.num_tasks)]
+    spread = F.array(*[keys[r] for r in plan.training_ranks])[
         F.floor(F.rand(len(plan.training_ranks)) * len(plan.training_ranks)).cast("int")]
     if plan.validation_rank is not None and split_column is not None:
-        spread = F.when(F.col(split_column), F.lit(keys[plan.validation_rank])).otherwise(spread)
+        spread = F.when(F.col(split_column), keys[plan.validation_rank]).otherwise(spread)
     return (df.withColumn(ROUTE_COLUMN, spread)
             .repartition(plan.num_tasks, ROUTE_COLUMN).drop(ROUTE_COLUMN))
 
 
 def _partition_keys(spark, n: int) -> list[int]:
-    """For each partition p < n, a bigint that Spark's hash partitioning sends to p."""
+    """For each partition p < n, a bigint that Spark's hash partitioning sends to p.
+
+    The key column must be bigint too: Spark hashes an int differently from a bigint.
+    """
     from pyspark.sql import functions as F
 
     found = (spark.range(0, 64 * n).select("id", F.pmod(F.hash("id"), F.lit(n)).alias("p"))

@@ -77,9 +77,8 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
             tempfile.TemporaryDirectory(prefix=f"sparktf-rank{rank}-") as workdir:
         assigned = _assigned_gpus(barrier)
         try:
-            devices = ("" if role.job_name == cluster.PS else  # variables live in host memory
-                       gpu.visible_devices(assigned, spec.use_gpu,
-                                           os.environ.get("CUDA_VISIBLE_DEVICES")))
+            devices = task_devices(role, assigned, spec.use_gpu,
+                                   os.environ.get("CUDA_VISIBLE_DEVICES"))
         except gpu.GpuAssignmentError as e:
             _fail(events, rank, role, f"GpuAssignmentError: {e}", traceback.format_exc(), "")
         with _Child(spec, rank, devices, barrier.cpus(), workdir, events) as child:
@@ -131,6 +130,17 @@ def _form_cluster(spec, barrier, rank, role, shard, held_out, devices, assigned,
                        gpus=devices, assignedGpus=tuple(assigned),
                        feedSpec=next((g["feed"] for g in gathered if g["feed"]), {}))
     return ctx, all(g["channel"] for g in gathered)
+
+
+def task_devices(role: cluster.Role, assigned: list[str], use_gpu, inherited: str | None) -> str:
+    """The task's CUDA_VISIBLE_DEVICES: its assigned GPUs; none for a parameter server.
+
+    Parameter servers hold variables in host memory and serve them over the network:
+    a GPU there would be claimed for nothing.
+    """
+    if role.job_name == cluster.PS:
+        return gpu.HIDE_ALL
+    return gpu.visible_devices(assigned, use_gpu, inherited)
 
 
 def _parquet_share(spec: TaskSpec, rank: int) -> Iterator[pa.RecordBatch]:
@@ -217,7 +227,7 @@ class _Child:
             self.proc.stdin.flush()
         except BrokenPipeError:
             pass  # the child died early; its output and exit code tell why
-        forward = self.spec.forward_all_ranks or self.rank == 0
+        forward = self.spec.forward_all_ranks or ctx.isChief
         for line in self.proc.stdout:
             self._relay(line.rstrip("\n"), forward, release)
         code = self.proc.wait()

@@ -27,3 +27,12 @@ def test_no_assignment_hides_gpus_unless_required():
 
 def test_use_gpu_false_hides_assigned_gpus():
     assert visible_devices(["0"], False) == HIDE_ALL
+
+
+def test_parameter_servers_see_no_gpu_even_when_spark_assigned_one():
+    from sparktf.runtime.cluster import Role
+    from sparktf.runtime.task import task_devices
+
+    assert task_devices(Role("ps", 0), ["0"], True, None) == HIDE_ALL
+    assert task_devices(Role("worker", 0), ["0"], True, None) == "0"
+    assert task_devices(Role("chief", 0), ["1"], "auto", "4,5") == "5"

@@ -1,0 +1,133 @@
+"""Driver for test_async.py: parameter servers, the evaluator, a ResourceProfile.
+
+Runs in its own process because it needs a bigger local-cluster (3 executors of
+2 cores) than the shared test session. Each scenario's findings go to stdout as
+one ``RESULT name {json}`` line, for the test to check.
+
+    python tests/integration/scripts/async_jobs.py WORKDIR SCENARIO [SCENARIO ...]
+"""
+
+import json
+import logging
+import os
+import sys
+
+import numpy as np
+
+
+def emit(name, value):
+    print(f"\nRESULT {name} {json.dumps(value)}", flush=True)  # after Spark's progress bar
+
+
+class Lines(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.lines = []
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())
+
+
+def linear_frame(spark, n, seed=0):
+    from pyspark.ml.functions import array_to_vector
+
+    from tests.integration import data
+    X, y = data.linear_rows(n, seed=seed)
+    df = spark.createDataFrame(data.rows(X, y), "x array<double>, label double")
+    return df.withColumn("features", array_to_vector("x")).drop("x")
+
+
+def weights(model):
+    import keras
+    path = os.path.join(os.path.dirname(model.getModelPath()), "model.keras")
+    kernel, bias = keras.saving.load_model(path).get_weights()
+    return kernel[:, 0].tolist() + [float(bias[0])]
+
+
+def ps_regression(spark, workdir, lines):
+    from sparktf.ml import TFEstimator
+    from tests import conftest
+    from tests.integration import models
+
+    est = TFEstimator(modelFn=models.linear, numWorkers=2, numPs=1, epochs=12, batchSize=32,
+                      learningRate=0.05, modelDir=os.path.join(workdir, "ps"))
+    model = est.fit(linear_frame(spark, 2000))
+    scored = model.transform(linear_frame(spark, 50, seed=3)).select("label", "prediction")
+    errors = [abs(r.label - r.prediction) for r in scored.collect()]
+    emit("ps_regression", {"weights": weights(model), "history": model.getHistory(),
+                           "max_abs_error": max(errors),
+                           "children_left": conftest.wait_gone(conftest.child_pids(), 30),
+                           "serving": [l for l in lines if "serving for the chief" in l]})
+
+
+def evaluator(spark, workdir, lines, num_ps):
+    from sparktf.ml import TFEstimator
+    from tests.integration import models
+
+    est = TFEstimator(modelFn=models.linear, numWorkers=2, numPs=num_ps, epochs=4,
+                      batchSize=32, learningRate=0.05, validationFraction=0.25, seed=5,
+                      evaluator=True, modelDir=os.path.join(workdir, f"eval{num_ps}"))
+    model = est.fit(linear_frame(spark, 1200))
+    emit(f"evaluator_ps{num_ps}", {
+        "history": model.getHistory(),
+        "evaluator_lines": [l for l in lines if "evaluator: epoch" in l]})
+
+
+def ps_parquet(spark, workdir, lines):
+    from sparktf.ml import TFEstimator
+    from tests.integration import models
+
+    est = TFEstimator(modelFn=models.linear, numWorkers=2, numPs=1, epochs=10, batchSize=32,
+                      learningRate=0.05, inputMode="parquet", validationFraction=0.2, seed=2,
+                      modelDir=os.path.join(workdir, "parquet"))
+    model = est.fit(linear_frame(spark, 1500))
+    emit("ps_parquet", {"weights": weights(model), "history": model.getHistory()})
+
+
+def task_cpus(spark, workdir, lines):
+    import sparktf
+
+    def main(args, ctx):
+        import os
+        # this process <- the task's Python worker <- its executor's pyspark daemon
+        with open(f"/proc/{os.getppid()}/stat") as f:
+            daemon = int(f.read().rsplit(")", 1)[1].split()[1])
+        return {"threads": os.environ.get("TF_NUM_INTRAOP_THREADS"), "executor": daemon}
+
+    found = sparktf.run(spark, main, numWorkers=2, taskCpus=2)
+    refused = None
+    try:
+        sparktf.run(spark, main, numWorkers=4, taskCpus=2)
+    except sparktf.errors.ClusterCapacityError as e:
+        refused = str(e)
+    emit("task_cpus", {"tasks": found, "refused": refused})
+
+
+SCENARIOS = {"ps_regression": ps_regression, "ps_parquet": ps_parquet,
+             "evaluator_ps0": lambda s, w, l: evaluator(s, w, l, 0),
+             "evaluator_ps1": lambda s, w, l: evaluator(s, w, l, 1),
+             "task_cpus": task_cpus}
+
+
+def main(argv):
+    workdir, names = argv[0], argv[1:]
+    from pyspark.sql import SparkSession
+
+    lines = Lines()
+    logging.getLogger("sparktf").addHandler(lines)
+    logging.getLogger("sparktf").setLevel(logging.INFO)
+    spark = (SparkSession.builder.master("local-cluster[3,2,1024]").appName("sparktf-async")
+             .config("spark.ui.enabled", "false").config("spark.driver.memory", "1g")
+             .config("spark.sql.shuffle.partitions", "4").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        for name in names:
+            lines.lines.clear()
+            SCENARIOS[name](spark, workdir, lines.lines)
+    finally:
+        spark.stop()
+
+
+if __name__ == "__main__":
+    np.set_printoptions(precision=4)
+    main(sys.argv[1:])

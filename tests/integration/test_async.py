@@ -1,0 +1,79 @@
+"""Parameter servers, the evaluator side-car and a training ResourceProfile, for real.
+
+These need more task slots than the shared session has (chief + workers + ps +
+evaluator), so one driver process (``scripts/async_jobs.py``) runs every scenario
+on its own local-cluster[3,2,1024] and reports what it found; the tests check it.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.integration import data
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "async_jobs.py")
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+SCENARIOS = ["ps_regression", "evaluator_ps0", "evaluator_ps1", "ps_parquet", "task_cpus"]
+
+pytestmark = pytest.mark.timeout(900)
+
+
+@pytest.fixture(scope="module")
+def found(tmp_path_factory):
+    env = {k: v for k, v in os.environ.items() if k != "PYSPARK_PYTHON"}
+    env["PYTHONPATH"] = ROOT
+    out = subprocess.run([sys.executable, SCRIPT, str(tmp_path_factory.mktemp("async")),
+                          *SCENARIOS], capture_output=True, text=True, env=env, timeout=850)
+    results = {}
+    for line in out.stdout.splitlines():
+        if line.startswith("RESULT "):
+            name, value = line[len("RESULT "):].split(" ", 1)
+            results[name] = json.loads(value)
+    assert out.returncode == 0, f"exit {out.returncode}; stderr tail:\n{out.stderr[-4000:]}"
+    return results
+
+
+def test_parameter_server_training_converges_to_known_coefficients(found):
+    result = found["ps_regression"]
+    np.testing.assert_allclose(result["weights"][:3], data.COEFFICIENTS, atol=0.05)
+    assert abs(result["weights"][3] - data.INTERCEPT) < 0.05
+    history = result["history"]
+    assert set(history) == {"loss", "mae"} and len(history["loss"]) == 12
+    assert history["loss"][-1] < history["loss"][0] / 100
+    assert result["max_abs_error"] < 0.1  # the exported model scores through TFModel
+
+
+def test_parameter_servers_and_workers_are_gone_after_fit(found):
+    result = found["ps_regression"]
+    assert result["children_left"] == []
+    assert result["serving"], "worker 0 did not report serving the chief"
+
+
+@pytest.mark.parametrize("scenario", ["evaluator_ps0", "evaluator_ps1"])
+def test_evaluator_metrics_join_the_history_once_per_epoch(found, scenario):
+    result = found[scenario]
+    history = result["history"]
+    assert {"loss", "mae", "val_loss", "val_mae"} <= set(history)
+    assert len(history["val_loss"]) == len(history["loss"]) == 4
+    assert history["val_loss"][-1] < history["val_loss"][0]
+    epochs = [int(line.split("epoch ")[1].split()[0]) for line in result["evaluator_lines"]]
+    assert epochs == [1, 2, 3, 4]  # the side-car evaluated every checkpoint, in order
+
+
+def test_parquet_mode_with_parameter_servers(found):
+    result = found["ps_parquet"]
+    np.testing.assert_allclose(result["weights"][:3], data.COEFFICIENTS, atol=0.05)
+    assert len(result["history"]["val_loss"]) == 10  # the chief validated every epoch
+    assert result["history"]["val_loss"][-1] < 1e-3
+
+
+def test_task_cpus_reach_the_training_tasks_through_a_resource_profile(found):
+    result = found["task_cpus"]
+    assert [t["threads"] for t in result["tasks"]] == ["2", "2"]  # TF sized to the profile
+    assert len({t["executor"] for t in result["tasks"]}) == 2  # one 2-CPU task per executor
+    assert "needs 4 concurrent task slots" in result["refused"]
+    assert "offers 3" in result["refused"]
