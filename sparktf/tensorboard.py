@@ -11,6 +11,7 @@ TensorFlow 2.21 no longer installs the ``tensorboard`` package: install it with
 from __future__ import annotations
 
 import atexit
+import importlib
 import logging
 import threading
 
@@ -50,7 +51,7 @@ _boards: dict[str, _Board] = {}
 def check_available() -> None:
     """Raises ``InvalidInputError`` saying how to install TensorBoard if it is missing."""
     try:
-        import tensorboard.program  # noqa: F401
+        importlib.import_module("tensorboard.program")
     except ImportError as e:
         raise InvalidInputError(
             "tensorboard=True needs the tensorboard package, which TensorFlow 2.21 no longer "

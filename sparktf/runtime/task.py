@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import traceback
 from typing import Iterator
 
@@ -228,23 +229,45 @@ class _Child:
         except BrokenPipeError:
             pass  # the child died early; its output and exit code tell why
         forward = self.spec.forward_all_ranks or ctx.isChief
+        waiting: threading.Thread | None = None
+        failed: list[BaseException] = []
         for line in self.proc.stdout:
-            self._relay(line.rstrip("\n"), forward, release)
+            line = line.rstrip("\n")
+            if line == DONE_LINE and waiting is None:
+                # Wait for the others in a thread and keep draining the child's output
+                # meanwhile: a parameter server or worker serves (and may log) until the
+                # chief is done, and a full pipe would block it mid-step.
+                waiting = threading.Thread(target=self._release, args=(release, failed),
+                                           name=f"sparktf-release-{self.rank}", daemon=True)
+                waiting.start()
+            else:
+                # once waiting, the channel is busy with the exit barrier: log locally only
+                self._relay(line, forward, to_driver=waiting is None)
         code = self.proc.wait()
+        if waiting is not None:
+            waiting.join()
+        if failed:
+            raise failed[0]
         return self._outcome(code)
 
-    def _relay(self, line: str, forward: bool, release) -> None:
-        if line == DONE_LINE:
+    def _release(self, release, failed: list) -> None:
+        try:
             release()  # every child has finished: release them together
+        except BaseException as e:  # re-raised by run() once the child has exited
+            failed.append(e)
+        finally:
             self.proc.stdin.close()
-        elif line.startswith(EVENT_MARKER):
-            self.events.send(json.loads(line[len(EVENT_MARKER):]))
+
+    def _relay(self, line: str, forward: bool, to_driver: bool) -> None:
+        if line.startswith(EVENT_MARKER):
+            if to_driver:
+                self.events.send(json.loads(line[len(EVENT_MARKER):]))
         else:
             print(f"[sparktf rank {self.rank}] {line}", file=sys.stderr)
             if _TF_NOISE.search(line):
                 return
             self.tail.append(line)
-            if forward:
+            if forward and to_driver:
                 self.events.send({"kind": "log", "line": line})
 
     def _outcome(self, code: int):

@@ -177,6 +177,30 @@ def test_tensorboard_event_files_hold_the_epoch_scalars(spark, tmp_path):
                                    history[prefix + "loss"], rtol=1e-5)
 
 
+def test_tensorboard_server_shows_the_fits_until_stopped(spark, tmp_path, caplog):
+    import urllib.error
+    import urllib.request
+
+    from sparktf import tensorboard
+
+    caplog.set_level(logging.INFO, logger="sparktf")
+    X, y = data.linear_rows(200)
+    df = spark.createDataFrame(data.rows(X, y), "features array<double>, label double")
+    model_dir = str(tmp_path / "m")
+    model = TFEstimator(modelFn=models.linear, numWorkers=2, epochs=2, batchSize=32,
+                        modelDir=model_dir, tensorboard=True).fit(df)
+    url = tensorboard.running()[model_dir]
+    assert any(url in r.getMessage() for r in caplog.records)  # the URL is printed
+    fit_name = os.path.basename(os.path.dirname(os.path.dirname(model.getModelPath())))
+    with urllib.request.urlopen(url + "data/runs", timeout=30) as response:
+        runs = json.loads(response.read())
+    assert f"{fit_name}/logs/train" in runs, runs
+    tensorboard.stop(model_dir)
+    assert model_dir not in tensorboard.running()
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(url, timeout=5)
+
+
 def test_parquet_input_mode_matches_stream_mode_and_reuses_its_copy(spark, tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="sparktf")
     X, y = data.linear_rows(1500, seed=6)

@@ -50,7 +50,8 @@ def ps_regression(spark, workdir, lines):
     from tests.integration import models
 
     est = TFEstimator(modelFn=models.linear, numWorkers=2, numPs=1, epochs=12, batchSize=32,
-                      learningRate=0.05, modelDir=os.path.join(workdir, "ps"))
+                      learningRate=0.05, modelDir=os.path.join(workdir, "ps"),
+                      stallTimeout=180)
     model = est.fit(linear_frame(spark, 2000))
     scored = model.transform(linear_frame(spark, 50, seed=3)).select("label", "prediction")
     errors = [abs(r.label - r.prediction) for r in scored.collect()]
@@ -66,7 +67,8 @@ def evaluator(spark, workdir, lines, num_ps):
 
     est = TFEstimator(modelFn=models.linear, numWorkers=2, numPs=num_ps, epochs=4,
                       batchSize=32, learningRate=0.05, validationFraction=0.25, seed=5,
-                      evaluator=True, modelDir=os.path.join(workdir, f"eval{num_ps}"))
+                      evaluator=True, modelDir=os.path.join(workdir, f"eval{num_ps}"),
+                      stallTimeout=180)
     model = est.fit(linear_frame(spark, 1200))
     emit(f"evaluator_ps{num_ps}", {
         "history": model.getHistory(),
@@ -79,7 +81,7 @@ def ps_parquet(spark, workdir, lines):
 
     est = TFEstimator(modelFn=models.linear, numWorkers=2, numPs=1, epochs=10, batchSize=32,
                       learningRate=0.05, inputMode="parquet", validationFraction=0.2, seed=2,
-                      modelDir=os.path.join(workdir, "parquet"))
+                      modelDir=os.path.join(workdir, "parquet"), stallTimeout=180)
     model = est.fit(linear_frame(spark, 1500))
     emit("ps_parquet", {"weights": weights(model), "history": model.getHistory()})
 
