@@ -52,6 +52,10 @@ class _Handler(socketserver.StreamRequestHandler):
             if kind == "done":
                 if not server.wait_all_done(int(event.get("rank", -1))):
                     return  # shutting down: no release
+            elif kind == "await_serving":
+                self.wfile.write(encode(server.await_serving(int(event.get("count", 0)))))
+                self.wfile.flush()
+                continue
             elif kind == "await_epoch":
                 self.wfile.write(encode(server.await_epoch(int(event.get("rank", -1)),
                                                            int(event.get("after", 0)))))
@@ -60,6 +64,8 @@ class _Handler(socketserver.StreamRequestHandler):
             else:
                 if kind == "epoch":
                     server.note_epoch(int(event.get("epoch", 0)))
+                elif kind == "serving":
+                    server.note_serving(int(event.get("rank", -1)))
                 server.on_event(event)
             if event.get("ack"):
                 self.wfile.write(ACK)
@@ -81,6 +87,7 @@ class _Server(socketserver.ThreadingTCPServer):
         self._done_cond = threading.Condition()
         self._closing = False
         self._epoch = 0
+        self._serving: set[int] = set()
         super().__init__((host, 0), _Handler)
 
     def wait_all_done(self, rank: int) -> bool:
@@ -110,6 +117,18 @@ class _Server(socketserver.ThreadingTCPServer):
             self._done_cond.wait_for(lambda: self._epoch > after or finished()
                                      or self._closing)
             return {"epoch": self._epoch, "finished": finished() or self._closing}
+
+    def note_serving(self, rank: int) -> None:
+        """A parameter server or worker has started its TensorFlow server."""
+        with self._done_cond:
+            self._serving.add(rank)
+            self._done_cond.notify_all()
+
+    def await_serving(self, count: int) -> dict:
+        """Blocks until ``count`` tasks serve: the PS chief connects only once all are up."""
+        with self._done_cond:
+            self._done_cond.wait_for(lambda: len(self._serving) >= count or self._closing)
+            return {"serving": len(self._serving)}
 
     def close_barrier(self) -> None:
         with self._done_cond:

@@ -62,6 +62,22 @@ def serve(ctx) -> None:
                                          task_index=ctx.taskIndex, protocol="grpc",
                                          start=True))
     print(f"sparktf: {ctx.jobName}:{ctx.taskIndex} serving for the chief", flush=True)
+    ctx.emit("serving", role=f"{ctx.jobName}:{ctx.taskIndex}")
+
+
+def await_servers(ctx) -> None:
+    """Blocks until every worker and parameter server serves (one request to the driver).
+
+    The coordinator treats a server that is not up yet as a failed worker; waiting
+    for all of them first keeps start-up out of its failure handling.
+    """
+    from sparktf.runtime.events import EventClient
+
+    with EventClient.from_environment(ctx.rank) as channel:
+        reply = channel.request({"kind": "await_serving", "count": ctx.numWorkers + ctx.numPs})
+    if reply is None or reply["serving"] < ctx.numWorkers + ctx.numPs:
+        raise RuntimeError("The chief lost the driver's event channel while waiting for the "
+                           "workers and parameter servers to start.")
 
 
 class _Chief:
@@ -76,6 +92,7 @@ class _Chief:
             raise ValueError(f"A worker received no training rows ({sum(workers)} rows over "
                              f"{len(workers)} workers). Use fewer workers (numWorkers) or more "
                              "data.")
+        await_servers(ctx)
         self.strategy = tf.distribute.ParameterServerStrategy(
             tf.distribute.cluster_resolver.TFConfigClusterResolver())
         with self.strategy.scope():
