@@ -92,6 +92,8 @@ class _Chief:
             raise ValueError(f"A worker received no training rows ({sum(workers)} rows over "
                              f"{len(workers)} workers). Use fewer workers (numWorkers) or more "
                              "data.")
+        self.beat = signals.Heartbeat(ctx)
+        self.beat("connecting to the workers and parameter servers", 0)
         await_servers(ctx)
         self.strategy = tf.distribute.ParameterServerStrategy(
             tf.distribute.cluster_resolver.TFConfigClusterResolver())
@@ -104,7 +106,6 @@ class _Chief:
         self.specs = keras_steps.input_specs(self.model)
         self.coordinator = tf.distribute.coordinator.ClusterCoordinator(self.strategy)
         self.steps = training.plan_steps(ctx.allNumRows, spec.batch_size)
-        self.beat = signals.Heartbeat(ctx)
         self.summaries = summaries.EpochSummaries(spec.model_dir, True)
         self.callbacks = training.callback_list(spec.callbacks, self.model, spec.epochs,
                                                 self.steps)
@@ -112,6 +113,7 @@ class _Chief:
     def fit(self) -> dict:
         first_epoch, history = training.resume(self.model, self.spec)
         history = collections.defaultdict(list, {k: list(v) for k, v in history.items()})
+        self.beat("creating the workers' datasets", first_epoch)
         iterator = iter(self.coordinator.create_per_worker_dataset(self._dataset_fn))
         train_step = self._train_step()
         self.callbacks.on_train_begin()
