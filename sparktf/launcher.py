@@ -415,6 +415,9 @@ class _EventCollector:
                 dog.beat(int(rank), event)
         elif kind == "log":
             worker_logger.info("[rank %s] %s", rank, event.get("line", ""))
+        elif kind == "serving":
+            logger.info("sparktf: rank %s (%s) is serving for the chief", rank,
+                        event.get("role", "?"))
         elif kind == "error":
             with self._lock:
                 self.errors.setdefault(int(rank), event)

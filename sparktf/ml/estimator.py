@@ -141,11 +141,6 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
             raise InvalidInputError("evaluator=True evaluates on held-out rows: set "
                                     "validationFraction or validationCol as well. Received: "
                                     "evaluator=True with no validation rows")
-        if self.getEvaluator() and self.getNumPs() > 0:
-            raise InvalidInputError("evaluator=True works with all-reduce training (numPs=0) "
-                                    "for now; with parameter servers the chief validates "
-                                    "after each epoch itself. Received: evaluator=True, "
-                                    f"numPs={self.getNumPs()}")
         if self.getTensorboard():
             tensorboard.check_available()
         schema.check_feedable(dataset.schema, self.featureColumns(), "feature")

@@ -10,6 +10,7 @@ vectors) is plain numpy in ``classify``.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import math
 import os
@@ -149,23 +150,53 @@ def classify(output: np.ndarray, kind: str, from_logits: bool):
     return probability.argmax(axis=1).astype(np.float64), probability, out
 
 
-def _set_devices(use_gpu) -> None:
-    """Chooses this worker's GPUs before TensorFlow is first imported in it."""
+def start_tensorflow(use_gpu) -> dict[str, str] | None:
+    """Starts TensorFlow in this Python worker with this task's GPUs and share of cores.
+
+    Returns the settings it started with (None where TensorFlow already ran here).
+
+    TensorFlow reads these settings once, when its runtime starts, so they are set
+    for that moment only. Spark reuses a Python worker for later tasks and jobs: a
+    value left in ``os.environ`` would reach every one of them, including the
+    training processes a later ``fit`` starts from this worker (where a single
+    inter-op thread deadlocks parameter-server training, and an inherited
+    ``CUDA_VISIBLE_DEVICES`` maps that task's GPUs wrongly).
+    """
     import sys
     if "tensorflow" in sys.modules:
-        return
+        return None
     from pyspark import TaskContext
     context = TaskContext.get()
     resource = context.resources().get("gpu") if context else None
     assigned = list(resource.addresses) if resource is not None else []
-    os.environ["CUDA_VISIBLE_DEVICES"] = gpu.visible_devices(
-        assigned, use_gpu, os.environ.get("CUDA_VISIBLE_DEVICES"))
-    os.environ["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    # Python workers of one executor share its cores: size TF's pools to this task's share.
-    cpus = str(max(1, context.cpus())) if context else "1"
-    os.environ.setdefault("TF_NUM_INTRAOP_THREADS", cpus)
-    os.environ.setdefault("TF_NUM_INTEROP_THREADS", "1")
+    settings = {"CUDA_VISIBLE_DEVICES": gpu.visible_devices(
+                    assigned, use_gpu, os.environ.get("CUDA_VISIBLE_DEVICES")),
+                "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
+    # Python workers of one executor share its cores: size TF's pools to this task's
+    # share, unless the executor's environment chose.
+    defaults = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_NUM_INTEROP_THREADS": "1",
+                "TF_NUM_INTRAOP_THREADS": str(max(1, context.cpus())) if context else "1"}
+    settings.update({k: v for k, v in defaults.items() if k not in os.environ})
+    with environment(settings):
+        import tensorflow as tf
+        tf.config.list_physical_devices()  # CUDA reads CUDA_VISIBLE_DEVICES here
+        tf.constant(0)  # the eager context: devices, memory growth, thread pools
+    return settings
+
+
+@contextlib.contextmanager
+def environment(values: dict[str, str]):
+    """``os.environ`` with ``values`` inside the block; exactly as before after it."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def score_arrays(spec: ScoreSpec, columns: Iterator[Sequence[pa.Array]]
@@ -176,7 +207,7 @@ def score_arrays(spec: ScoreSpec, columns: Iterator[Sequence[pa.Array]]
     carried across Arrow batches so that every signature call gets a full ``batchSize``
     rows (Spark's iterator UDFs only need the outputs, in order, to add up to the inputs).
     """
-    _set_devices(spec.use_gpu)
+    start_tensorflow(spec.use_gpu)
     fn = None
     names = [b.column for b in spec.inputs]
     for batch in _rechunk(columns, names, spec.batch_size):

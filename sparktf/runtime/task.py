@@ -144,6 +144,18 @@ def task_devices(role: cluster.Role, assigned: list[str], use_gpu, inherited: st
     return gpu.visible_devices(assigned, use_gpu, inherited)
 
 
+def interop_threads(chosen: str | None, num_workers: int, num_ps: int) -> int:
+    """TensorFlow's inter-op pool size for a task: 2 unless chosen, at least
+    ``num_workers + 1`` with parameter servers.
+
+    In a parameter-server cluster every worker's step runs functions on the
+    parameter servers, and a task whose pool has fewer threads than that can block
+    on itself: with one inter-op thread, training stalls at its first step.
+    """
+    threads = int(chosen) if chosen and chosen.strip().isdigit() and int(chosen) > 0 else 2
+    return max(threads, num_workers + 1) if num_ps else threads
+
+
 def _parquet_share(spec: TaskSpec, rank: int) -> Iterator[pa.RecordBatch]:
     """inputMode='parquet': the rows of the Parquet copy that the layout gives this rank."""
     plan = cluster.layout(spec.roles, spec.split_column is not None)
@@ -194,7 +206,8 @@ class _Child:
         # oversubscribe it. Use the CPUs Spark gave this task unless the user chose.
         for name in ("TF_NUM_INTRAOP_THREADS", "OMP_NUM_THREADS"):
             env.setdefault(name, str(max(1, cpus)))
-        env.setdefault("TF_NUM_INTEROP_THREADS", "2")
+        env["TF_NUM_INTEROP_THREADS"] = str(interop_threads(env.get("TF_NUM_INTEROP_THREADS"),
+                                                            spec.num_workers, spec.num_ps))
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "sparktf.runtime.child", self.result_path],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,

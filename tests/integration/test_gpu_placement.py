@@ -31,11 +31,14 @@ def test_each_task_sees_exactly_the_gpu_spark_assigned(tmp_path):
         assert task["tf_imported_with_it"]
     for task in result["inference"]:
         assert task["assigned"] and task["cuda"] == task["assigned"]
+        assert task["after"] == task["before"]  # the worker's environment is left as it was
+    for task in result["training_again"]:
+        assert task["cuda"] == task["assigned"][0]
 
 
 def test_addresses_index_into_the_executors_own_cuda_visible_devices(tmp_path):
     result = _run(tmp_path, "1", inherited="7,8,9")
-    for task in result["training"] + result["inference"]:
+    for task in result["training"] + result["inference"] + result["training_again"]:
         assigned = task["assigned"] if isinstance(task["assigned"], list) \
             else task["assigned"].split(",")
         assert task["cuda"] == ",".join("789"[int(a)] for a in assigned)

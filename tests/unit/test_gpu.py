@@ -36,3 +36,13 @@ def test_parameter_servers_see_no_gpu_even_when_spark_assigned_one():
     assert task_devices(Role("ps", 0), ["0"], True, None) == HIDE_ALL
     assert task_devices(Role("worker", 0), ["0"], True, None) == "0"
     assert task_devices(Role("chief", 0), ["1"], "auto", "4,5") == "5"
+
+
+def test_parameter_server_clusters_get_an_inter_op_thread_per_worker_and_one_more():
+    from sparktf.runtime.task import interop_threads
+    assert interop_threads(None, 2, 0) == 2
+    assert interop_threads("1", 2, 0) == 1  # the executor's own choice, all-reduce
+    assert interop_threads("1", 2, 1) == 3  # one thread stalls PS training at step 0
+    assert interop_threads(None, 4, 2) == 5
+    assert interop_threads("8", 2, 1) == 8
+    assert interop_threads("junk", 2, 0) == 2

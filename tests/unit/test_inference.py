@@ -67,3 +67,13 @@ def test_rows_are_rechunked_into_full_batches_in_order():
     chunks = list(inference._rechunk(iter(arrays), ["x"], 4))
     assert [c.num_rows for c in chunks] == [4, 4, 4, 3]
     assert [v for c in chunks for v in c.column("x").to_pylist()] == list(range(15))
+
+
+def test_environment_is_restored_exactly_after_the_block(monkeypatch):
+    import os
+    monkeypatch.setenv("SPARKTF_KEPT", "before")
+    monkeypatch.delenv("SPARKTF_ADDED", raising=False)
+    with inference.environment({"SPARKTF_KEPT": "inside", "SPARKTF_ADDED": "inside"}):
+        assert os.environ["SPARKTF_KEPT"] == os.environ["SPARKTF_ADDED"] == "inside"
+    assert os.environ["SPARKTF_KEPT"] == "before"
+    assert "SPARKTF_ADDED" not in os.environ

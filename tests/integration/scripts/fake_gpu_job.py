@@ -4,7 +4,8 @@
 
 Spark's resource scheduler assigns the GPU addresses that a discovery script
 reports (here: "0", "1", "2"); this prints, as JSON, what each training task
-and each inference task was assigned and what CUDA_VISIBLE_DEVICES it ran with.
+and each inference task was assigned and what CUDA_VISIBLE_DEVICES it ran with,
+then trains again on the same Python workers (scoring must leave nothing behind).
 """
 
 import json
@@ -30,10 +31,13 @@ def inference_probe(batches):
     from sparktf.runtime import inference
     for _ in batches:
         pass
-    inference._set_devices("auto")
+    before = os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>")
+    started = inference.start_tensorflow("auto")
     resource = TaskContext.get().resources().get("gpu")
     yield pd.DataFrame({"assigned": [",".join(resource.addresses) if resource else ""],
-                        "cuda": [os.environ.get("CUDA_VISIBLE_DEVICES")]})
+                        "cuda": [started["CUDA_VISIBLE_DEVICES"] if started else None],
+                        "before": [before],
+                        "after": [os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>")]})
 
 
 def main() -> int:
@@ -63,10 +67,14 @@ def main() -> int:
         training = sparktf.run(spark, training_main, numWorkers=2, useGpu=True)
         sparktf.cluster_check.ensure_executor_python(spark.sparkContext)
         inference = [r.asDict() for r in spark.range(0, 2, 1, 2).mapInPandas(
-            inference_probe, "assigned string, cuda string").collect()]
+            inference_probe, "assigned string, cuda string, before string, after string"
+        ).collect()]
+        # the same Python workers again: nothing of the scoring may reach a later fit
+        again = sparktf.run(spark, training_main, numWorkers=2, useGpu=True)
     finally:
         spark.stop()
-    print("RESULT " + json.dumps({"training": training, "inference": inference}))
+    print("RESULT " + json.dumps({"training": training, "inference": inference,
+                                    "training_again": again}))
     return 0
 
 
