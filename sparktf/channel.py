@@ -52,13 +52,8 @@ class _Handler(socketserver.StreamRequestHandler):
             if kind == "done":
                 if not server.wait_all_done(int(event.get("rank", -1))):
                     return  # shutting down: no release
-            elif kind == "await_serving":
-                self.wfile.write(encode(server.await_serving(int(event.get("count", 0)))))
-                self.wfile.flush()
-                continue
-            elif kind == "await_epoch":
-                self.wfile.write(encode(server.await_epoch(int(event.get("rank", -1)),
-                                                           int(event.get("after", 0)))))
+            elif kind in _REQUESTS:  # a blocking question: the answer is the reply
+                self.wfile.write(encode(_REQUESTS[kind](server, event)))
                 self.wfile.flush()
                 continue
             else:
@@ -70,6 +65,13 @@ class _Handler(socketserver.StreamRequestHandler):
             if event.get("ack"):
                 self.wfile.write(ACK)
                 self.wfile.flush()
+
+
+_REQUESTS = {
+    "await_serving": lambda server, event: server.await_serving(int(event.get("count", 0))),
+    "await_epoch": lambda server, event: server.await_epoch(int(event.get("rank", -1)),
+                                                            int(event.get("after", 0))),
+}
 
 
 class _Server(socketserver.ThreadingTCPServer):

@@ -17,11 +17,12 @@ from typing import Any, Callable, Sequence
 
 import cloudpickle
 
-from sparktf import cluster_check, failures, pickling, watchdog
+from sparktf import cluster_check, failures, pickling, routing, watchdog
 from sparktf.channel import EventServer
 from sparktf.errors import (ClusterFormationError, ExecutorEnvironmentError,
                             InvalidInputError, JobTimeoutError, SparkTFError, TaskFailedError,
                             TaskStalledError)
+from sparktf.resources import TaskResources, check_gpu_conf, gpus_scheduled
 from sparktf.runtime import cluster, gpu
 from sparktf.runtime import task as task_runtime
 from sparktf.watchdog import Watchdog
@@ -30,7 +31,6 @@ logger = logging.getLogger("sparktf")
 worker_logger = logging.getLogger("sparktf.worker")
 
 PORT_CONFLICT_RETRIES = 3
-ROUTE_COLUMN = "_sparktf_route"
 
 
 def run(spark, main_fn: Callable[[Any, Any], Any], args: Any = None, *, numWorkers: int,
@@ -145,54 +145,6 @@ class _Stage:
             evaluator=self.evaluator)
 
 
-@dataclasses.dataclass(frozen=True)
-class TaskResources:
-    """What each task of the training stage asks Spark for (stage-level scheduling)."""
-
-    cpus: int | None = None
-    gpus: float | None = None
-
-    @classmethod
-    def checked(cls, cpus, gpus) -> "TaskResources | None":
-        """None when nothing is asked; refuses bad amounts with the value received."""
-        if cpus is not None and (isinstance(cpus, bool) or not isinstance(cpus, int)
-                                 or cpus < 1):
-            raise InvalidInputError(f"taskCpus must be an integer >= 1 or None. "
-                                    f"Received: taskCpus={cpus!r}")
-        if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, (int, float))
-                                 or gpus <= 0 or (gpus > 1 and gpus != int(gpus))):
-            raise InvalidInputError(f"taskGpus must be a fraction in (0, 1] or a whole number "
-                                    f"of GPUs, or None. Received: taskGpus={gpus!r}")
-        return None if cpus is None and gpus is None else cls(cpus, gpus)
-
-    def profile(self):
-        """The pyspark ``ResourceProfile`` of the training stage."""
-        from pyspark.resource import ResourceProfileBuilder, TaskResourceRequests
-
-        requests = TaskResourceRequests()
-        if self.cpus is not None:
-            requests.cpus(self.cpus)
-        if self.gpus is not None:
-            requests.resource("gpu", float(self.gpus))
-        return ResourceProfileBuilder().require(requests).build
-
-    def slots(self, sc, default_slots: int) -> int:
-        """Concurrent tasks of this profile, from the default profile's slots."""
-        return self.scale(default_slots, int(sc.getConf().get("spark.task.cpus", "1")))
-
-    def scale(self, slots: int, default_cpus: int) -> int:
-        """``slots`` tasks of ``default_cpus`` CPUs each, as tasks of this profile."""
-        return slots if self.cpus is None else slots * default_cpus // self.cpus
-
-    def check(self, sc) -> None:
-        """Refuses GPU requests that no executor can satisfy, before the stage starts."""
-        if self.gpus and not sc.getConf().get("spark.executor.resource.gpu.amount"):
-            raise InvalidInputError(
-                f"taskGpus={self.gpus} asks for GPUs, but the executors have none: set "
-                "spark.executor.resource.gpu.amount and "
-                "spark.executor.resource.gpu.discoveryScript when creating the session.")
-
-
 def launch(spark, payload: bytes, *, num_workers: int, num_ps: int = 0, df=None,
            columns: Sequence[str] = (), split_column: str | None = None, use_gpu="auto",
            model_dir: str | None = None, timeout: float | None = None,
@@ -216,8 +168,8 @@ def launch(spark, payload: bytes, *, num_workers: int, num_ps: int = 0, df=None,
     cluster_check.check_capacity(sc, stage.num_tasks, what,
                                  resources.slots if resources is not None else None)
     if use_gpu is True and not (resources is not None and resources.gpus):
-        _check_gpu_conf(sc)
-    elif use_gpu == "auto" and not _gpus_scheduled(sc):
+        check_gpu_conf(sc)
+    elif use_gpu == "auto" and not gpus_scheduled(sc):
         logger.info("sparktf: %s runs on CPU: Spark schedules no GPUs "
                     "(spark.task.resource.gpu.amount is not set)", what)
     cluster_check.ensure_executor_python(sc)
@@ -234,7 +186,7 @@ def _run_stage(spark, stage: _Stage, df, collector: "_EventCollector"):
     """Runs the barrier stage, forming the cluster again if a port was taken."""
     sc = spark.sparkContext
     host = sc.getConf().get("spark.driver.host", "127.0.0.1")
-    frame = _input_frame(spark, df, stage)
+    frame = routing.input_frame(spark, df, stage.layout, stage.split_column)
     for attempt in range(1, PORT_CONFLICT_RETRIES + 1):
         collector.reset()
         tag = f"sparktf-{uuid.uuid4().hex[:12]}"
@@ -265,51 +217,6 @@ def _run_stage(spark, stage: _Stage, df, collector: "_EventCollector"):
 def _is_port_conflict(failure: SparkTFError) -> bool:
     return (isinstance(failure, TaskFailedError)
             and failure.message.startswith(task_runtime.PORT_CONFLICT_PREFIX))
-
-
-def _input_frame(spark, df, stage: _Stage):
-    """One partition per task, each holding the rows the layout gives its rank."""
-    plan = stage.layout
-    if df is None:
-        return spark.range(0, plan.num_tasks, 1, plan.num_tasks)
-    if plan.simple:
-        if df.rdd.getNumPartitions() == plan.num_tasks:
-            return df
-        # A shuffle, not coalesce: barrier stages refuse RDD chains that change partition counts.
-        return df.repartition(plan.num_tasks)
-    return _routed(spark, df, plan, stage.split_column)
-
-
-def _routed(spark, df, plan: cluster.Layout, split_column: str | None):
-    """``df`` hash-partitioned on a key chosen per row so that each row lands on its rank.
-
-    Training rows are spread at random over the training ranks, validation rows all
-    go to ``plan.validation_rank``; the other ranks get empty partitions.
-    """
-    from pyspark.sql import functions as F
-
-    keys = [F.lit(k).cast("bigint") for k in _partition_keys(spark, plan.num_tasks)]
-    spread = F.array(*[keys[r] for r in plan.training_ranks])[
-        F.floor(F.rand(len(plan.training_ranks)) * len(plan.training_ranks)).cast("int")]
-    if plan.validation_rank is not None and split_column is not None:
-        spread = F.when(F.col(split_column), keys[plan.validation_rank]).otherwise(spread)
-    return (df.withColumn(ROUTE_COLUMN, spread)
-            .repartition(plan.num_tasks, ROUTE_COLUMN).drop(ROUTE_COLUMN))
-
-
-def _partition_keys(spark, n: int) -> list[int]:
-    """For each partition p < n, a bigint that Spark's hash partitioning sends to p.
-
-    The key column must be bigint too: Spark hashes an int differently from a bigint.
-    """
-    from pyspark.sql import functions as F
-
-    found = (spark.range(0, 64 * n).select("id", F.pmod(F.hash("id"), F.lit(n)).alias("p"))
-             .groupBy("p").agg(F.min("id").alias("id")).collect())
-    keys = {row["p"]: row["id"] for row in found}
-    if len(keys) < n:  # astronomically unlikely with 64 candidates a partition
-        raise ClusterFormationError(f"found no routing key for some of {n} partitions")
-    return [keys[p] for p in range(n)]
 
 
 def _barrier_job(frame, spec: task_runtime.TaskSpec, resources: TaskResources | None):
@@ -376,19 +283,6 @@ def _collect(sc, job, timeout: float | None, what: str, tag: str):
             timer.cancel()
             timer.join()
         sc.removeJobTag(tag)
-
-
-def _gpus_scheduled(sc) -> bool:
-    amount = sc.getConf().get("spark.task.resource.gpu.amount", None)
-    return bool(amount) and float(amount) > 0
-
-
-def _check_gpu_conf(sc) -> None:
-    if not _gpus_scheduled(sc):
-        raise InvalidInputError(
-            "useGpu=True, but Spark is not scheduling GPUs: spark.task.resource.gpu.amount is "
-            "not set. Set spark.executor.resource.gpu.amount, spark.task.resource.gpu.amount "
-            "and a discovery script, or use useGpu='auto' to fall back to CPU.")
 
 
 class _EventCollector:

@@ -16,6 +16,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from sparktf import failures, launcher, pickling, tensorboard
+from sparktf.resources import TaskResources
 from sparktf.errors import InvalidInputError, SparkTFError
 from sparktf.ml import schema
 from sparktf.ml.model import TFModel
@@ -107,7 +108,7 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
         if self.getInputMode() == "parquet":
             parquet_uri = self._parquet_copy(frame, dataset.sparkSession.sparkContext.master)
             frame = None  # the workers read the files themselves
-        resources = launcher.TaskResources.checked(self.getTaskCpus(), self.getTaskGpus())
+        resources = TaskResources.checked(self.getTaskCpus(), self.getTaskGpus())
         if self.getTensorboard():
             tensorboard.start(storage.parent(run_dir))
         policy = failures.FailurePolicy(self.getMaxRetries())

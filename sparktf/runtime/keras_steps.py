@@ -80,33 +80,42 @@ def check_input_widths(arrays: Sequence[np.ndarray], specs, columns: Sequence[st
                              "Check the feature column or the model's input shape.")
 
 
+def _loss(model, x, y, y_pred, training: bool):
+    import tensorflow as tf
+
+    # reduce_sum: an empty batch yields an empty loss tensor; its sum is 0
+    return tf.reduce_sum(model.compute_loss(x=x, y=y, y_pred=y_pred, training=training))
+
+
+def train_on_batch(model, x, y, weight=1.0):
+    """One replica's step (inside ``strategy.run``): applies the gradients of
+    ``weight * loss``, updates the metrics, returns the unweighted mean loss."""
+    import tensorflow as tf
+
+    with tf.GradientTape() as tape:
+        y_pred = model(x, training=True)
+        loss = _loss(model, x, y, y_pred, True)
+        scaled = loss * weight
+    grads = tape.gradient(scaled, model.trainable_variables)
+    model.optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    model.compute_metrics(x, y, y_pred, sample_weight=None)
+    return loss
+
+
 def make_steps(strategy, model):
     """(train_step, eval_step) as tf.functions; each returns the local mean loss."""
     import tensorflow as tf
 
-    def loss_of(x, y, y_pred, training):
-        # reduce_sum: an empty batch yields an empty loss tensor; its sum is 0
-        return tf.reduce_sum(model.compute_loss(x=x, y=y, y_pred=y_pred, training=training))
-
     @tf.function(reduce_retracing=True)
     def train_step(x, y, weight):
-        def replica(x, y, weight):
-            with tf.GradientTape() as tape:
-                y_pred = model(x, training=True)
-                loss = loss_of(x, y, y_pred, True)
-                scaled = loss * weight
-            grads = tape.gradient(scaled, model.trainable_variables)
-            model.optimizer.apply_gradients(zip(grads, model.trainable_variables))
-            model.compute_metrics(x, y, y_pred, sample_weight=None)
-            return loss
-        return strategy.run(replica, args=(x, y, weight))
+        return strategy.run(lambda x, y, w: train_on_batch(model, x, y, w), args=(x, y, weight))
 
     @tf.function(reduce_retracing=True)
     def eval_step(x, y):
         def replica(x, y):
             y_pred = model(x, training=False)
             model.compute_metrics(x, y, y_pred, sample_weight=None)
-            return loss_of(x, y, y_pred, False)
+            return _loss(model, x, y, y_pred, False)
         return strategy.run(replica, args=(x, y))
 
     return train_step, eval_step

@@ -15,13 +15,10 @@ it on every worker, where the file's relative path names that worker's own file.
 
 from __future__ import annotations
 
-import collections
-import time
-
 import numpy as np
 
-from sparktf.runtime import (checkpoint, cluster, evaluation, feed, keras_steps, signals,
-                             summaries, tf_keras_fit, training)
+from sparktf.runtime import (cluster, evaluation, feed, keras_steps, signals, tf_keras_fit,
+                             training)
 
 SHARD_FILE = "sparktf-train.tfrecord"  # relative: each worker process's working directory
 SHUFFLE_ROWS = 10_000  # rows in the workers' shuffle buffer
@@ -35,7 +32,7 @@ def train(spec: training.TrainSpec, ctx) -> dict | None:
     if ctx.jobName in (cluster.WORKER, cluster.PS):
         serve(ctx)
         return None
-    return _Chief(spec, ctx).fit()
+    return _Chief(spec, ctx).run()
 
 
 def write_records(shard: feed.Shard | None, names: list[str], path: str) -> None:
@@ -80,74 +77,59 @@ def await_servers(ctx) -> None:
                            "workers and parameter servers to start.")
 
 
-class _Chief:
+class _Chief(training.EpochRunner):
     """Schedules the training steps on the workers, epoch by epoch; validates; exports."""
 
     def __init__(self, spec: training.TrainSpec, ctx):
         import tensorflow as tf
 
-        self.spec, self.ctx = spec, ctx
         workers = ctx.allNumRows[:ctx.numWorkers]  # workers take the first ranks
         if min(workers) == 0:
             raise ValueError(f"A worker received no training rows ({sum(workers)} rows over "
                              f"{len(workers)} workers). Use fewer workers (numWorkers) or more "
                              "data.")
-        self.beat = signals.Heartbeat(ctx)
-        self.beat("connecting to the workers and parameter servers", 0)
+        beat = signals.Heartbeat(ctx)
+        beat("connecting to the workers and parameter servers", 0)
         await_servers(ctx)
         self.strategy = tf.distribute.ParameterServerStrategy(
             tf.distribute.cluster_resolver.TFConfigClusterResolver())
         with self.strategy.scope():
-            self.model = training.build_model(spec)
-        if tf_keras_fit.is_tf_keras(self.model):
+            model = training.build_model(spec)
+        if tf_keras_fit.is_tf_keras(model):
             raise TypeError("Parameter-server training (numPs > 0) runs Keras 3 models; this "
                             "modelFn returned a tf_keras model. Use numPs=0, or build the "
                             "model with Keras 3.")
-        self.specs = keras_steps.input_specs(self.model)
+        super().__init__(spec, ctx, model, training.plan_steps(ctx.allNumRows,
+                                                               spec.batch_size), beat)
+        self.specs = keras_steps.input_specs(model)
         self.coordinator = tf.distribute.coordinator.ClusterCoordinator(self.strategy)
-        self.steps = training.plan_steps(ctx.allNumRows, spec.batch_size)
-        self.summaries = summaries.EpochSummaries(spec.model_dir, True)
-        self.callbacks = training.callback_list(spec.callbacks, self.model, spec.epochs,
-                                                self.steps)
+        self.iterator = self.train_step = None
 
-    def fit(self) -> dict:
+    def run(self) -> dict:
         first_epoch, history = training.resume(self.model, self.spec)
-        history = collections.defaultdict(list, {k: list(v) for k, v in history.items()})
         self.beat("creating the workers' datasets", first_epoch)
-        iterator = iter(self.coordinator.create_per_worker_dataset(self._dataset_fn))
-        train_step = self._train_step()
-        self.callbacks.on_train_begin()
-        for epoch in range(first_epoch, self.spec.epochs):
-            started = time.monotonic()
-            self.callbacks.on_epoch_begin(epoch)
-            logs = self._train_epoch(epoch, train_step, iterator)
-            if self.spec.validates_in_loop and self.ctx.validationShard is not None:
-                self.beat("validation", epoch + 1)
-                logs.update(evaluation.evaluate(self.model, self.spec, self.ctx.validationShard))
-            self.callbacks.on_epoch_end(epoch, logs)
-            for key, value in logs.items():
-                history[key].append(value)
-            self.summaries.write(epoch + 1, logs)
-            self.beat("checkpoint", epoch + 1)
-            checkpoint.save(self.model, self.spec.model_dir, epoch + 1, dict(history), True)
-            signals.report_epoch(self.ctx, epoch + 1, self.spec.epochs, logs,
-                                 self.steps * self.spec.batch_size, time.monotonic() - started)
-            if getattr(self.model, "stop_training", False):
-                break
-        self.callbacks.on_train_end({k: v[-1] for k, v in history.items()})
-        self.summaries.close()
-        return training.chief_result(self._plain_copy(), self.spec, self.ctx, dict(history))
+        self.iterator = iter(self.coordinator.create_per_worker_dataset(self._dataset_fn))
+        self.train_step = self._train_step()
+        history = self.fit(first_epoch, history)
+        return training.chief_result(self._plain_copy(), self.spec, self.ctx, history)
 
-    def _train_epoch(self, epoch: int, train_step, iterator) -> dict[str, float]:
+    def train_epoch(self, epoch: int) -> dict[str, float]:
         self.model.reset_metrics()
         losses = []
         for start in range(0, self.steps, STEPS_PER_JOIN):
             self.beat("training", epoch + 1, start)
-            losses += [self.coordinator.schedule(train_step, args=(iterator,))
+            losses += [self.coordinator.schedule(self.train_step, args=(self.iterator,))
                        for _ in range(start, min(start + STEPS_PER_JOIN, self.steps))]
             self.coordinator.join()  # raises the first error of a scheduled step
+        self.rows_trained = self.steps * self.spec.batch_size
         return {"loss": float(np.mean([loss.fetch() for loss in losses])),
                 **keras_steps.metric_results(self.model)}
+
+    def validates(self) -> bool:
+        return self.spec.validates_in_loop and self.ctx.validationShard is not None
+
+    def validate(self) -> dict[str, float]:
+        return evaluation.evaluate(self.model, self.spec, self.ctx.validationShard)
 
     def _train_step(self):
         import tensorflow as tf
@@ -156,17 +138,9 @@ class _Chief:
 
         @tf.function
         def train_step(iterator):
-            def replica(x, y):
-                with tf.GradientTape() as tape:
-                    y_pred = model(x, training=True)
-                    loss = tf.reduce_sum(model.compute_loss(x=x, y=y, y_pred=y_pred,
-                                                            training=True))
-                grads = tape.gradient(loss, model.trainable_variables)
-                model.optimizer.apply_gradients(zip(grads, model.trainable_variables))
-                model.compute_metrics(x, y, y_pred, sample_weight=None)
-                return loss
             x, y = next(iterator)
-            return strategy.run(replica, args=(x, y))
+            return strategy.run(lambda x, y: keras_steps.train_on_batch(model, x, y),
+                                args=(x, y))
         return train_step
 
     def _dataset_fn(self):

@@ -141,23 +141,25 @@ def _check_labels(model, spec: TrainSpec, ctx) -> None:
                                        spec.label_column)
 
 
-class _EpochLoop:
-    """Runs the epochs: train steps, metric aggregation, validation, callbacks, progress."""
+class EpochRunner:
+    """The epochs of a fit: train, validate, callbacks, history, summaries, checkpoint,
+    progress. Subclasses say how one epoch trains (``train_epoch``) and validates."""
 
-    def __init__(self, spec: TrainSpec, ctx, strategy, model):
-        self.spec, self.ctx, self.strategy, self.model = spec, ctx, strategy, model
-        self.beat = signals.Heartbeat(ctx)
+    def __init__(self, spec: TrainSpec, ctx, model, steps: int, beat=None):
+        self.spec, self.ctx, self.model, self.steps = spec, ctx, model, steps
+        self.beat = beat or signals.Heartbeat(ctx)
         self.summaries = summaries.EpochSummaries(spec.model_dir, ctx.isChief)
-        self.specs = keras_steps.input_specs(model)
-        self.train_step, self.eval_step = keras_steps.make_steps(strategy, model)
-        self.steps = plan_steps(ctx.allNumRows, spec.batch_size)
-        replicas = keras_steps.replicas_per_worker(strategy)
-        self.weights = [w / replicas for w in step_weights(ctx.allNumRows, ctx.rank,
-                                                           self.steps)]
-        self.val_steps = (plan_steps(ctx.allValidationRows, spec.batch_size)
-                          if spec.validates_in_loop else 0)
-        self.callbacks = callback_list(spec.callbacks, model, spec.epochs, self.steps)
-        self.rows_trained = 0
+        self.callbacks = callback_list(spec.callbacks, model, spec.epochs, steps)
+        self.rows_trained = 0  # in the last epoch, over all workers
+
+    def train_epoch(self, epoch: int) -> dict[str, float]:
+        raise NotImplementedError
+
+    def validates(self) -> bool:
+        return False
+
+    def validate(self) -> dict[str, float]:
+        return {}
 
     def fit(self, first_epoch: int = 0, history: dict | None = None) -> dict[str, list[float]]:
         """Runs epochs ``first_epoch`` .. ``epochs - 1``, checkpointing after each one."""
@@ -166,10 +168,10 @@ class _EpochLoop:
         for epoch in range(first_epoch, self.spec.epochs):
             started = time.monotonic()
             self.callbacks.on_epoch_begin(epoch)
-            logs = self._train_epoch(epoch)
-            if self.val_steps:
+            logs = self.train_epoch(epoch)
+            if self.validates():
                 self.beat("validation", epoch + 1)
-                logs.update(self._validate())
+                logs.update(self.validate())
             self.beat("callbacks", epoch + 1)
             self.callbacks.on_epoch_end(epoch, logs)
             for key, value in logs.items():
@@ -186,13 +188,31 @@ class _EpochLoop:
         self.summaries.close()
         return dict(history)
 
+
+class _EpochLoop(EpochRunner):
+    """All-reduce epochs: every worker steps through its own shard in lockstep."""
+
+    def __init__(self, spec: TrainSpec, ctx, strategy, model):
+        super().__init__(spec, ctx, model, plan_steps(ctx.allNumRows, spec.batch_size))
+        self.strategy = strategy
+        self.specs = keras_steps.input_specs(model)
+        self.train_step, self.eval_step = keras_steps.make_steps(strategy, model)
+        replicas = keras_steps.replicas_per_worker(strategy)
+        self.weights = [w / replicas for w in step_weights(ctx.allNumRows, ctx.rank,
+                                                           self.steps)]
+        self.val_steps = (plan_steps(ctx.allValidationRows, spec.batch_size)
+                          if spec.validates_in_loop else 0)
+
+    def validates(self) -> bool:
+        return bool(self.val_steps)
+
     def _batches(self, shard, steps, seed):
         names = list(self.spec.feature_columns) + [self.spec.label_column]
         for batch in feed.step_batches(shard, steps, names, seed):
             features = [batch[c] for c in self.spec.feature_columns]
             yield features, batch[self.spec.label_column]
 
-    def _train_epoch(self, epoch: int) -> dict[str, float]:
+    def train_epoch(self, epoch: int) -> dict[str, float]:
         import tensorflow as tf
 
         self.model.reset_metrics()
@@ -216,7 +236,7 @@ class _EpochLoop:
         return {"loss": float(total_loss / max(total_rows, 1)),
                 **keras_steps.metric_results(self.model)}
 
-    def _validate(self) -> dict[str, float]:
+    def validate(self) -> dict[str, float]:
         self.model.reset_metrics()
         loss_sum, rows = 0.0, 0
         for features, label in self._batches(self.ctx.validationShard, self.val_steps, None):

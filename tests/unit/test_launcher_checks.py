@@ -8,6 +8,7 @@ import pytest
 import sparktf
 from sparktf import cluster_check, launcher, pickling
 from sparktf.channel import EventServer
+from sparktf.resources import TaskResources
 from sparktf.runtime.events import EventClient, encode
 
 
@@ -92,16 +93,16 @@ def test_secured_spark_apps_refuse_unauthenticated_tensorflow_unless_allowed(set
 ])
 def test_bad_task_resources_are_refused_with_the_value(cpus, gpus, fragment):
     with pytest.raises(sparktf.InvalidInputError) as info:
-        launcher.TaskResources.checked(cpus, gpus)
+        TaskResources.checked(cpus, gpus)
     assert fragment in str(info.value)
 
 
 def test_task_resources_fit_fewer_tasks_per_executor_when_they_ask_for_more_cpus():
-    assert launcher.TaskResources.checked(None, None) is None
-    assert launcher.TaskResources.checked(None, 0.5) == launcher.TaskResources(None, 0.5)
-    assert launcher.TaskResources(cpus=2).scale(slots=4, default_cpus=1) == 2
-    assert launcher.TaskResources(cpus=3).scale(slots=4, default_cpus=2) == 2
-    assert launcher.TaskResources(gpus=1.0).scale(slots=4, default_cpus=1) == 4
+    assert TaskResources.checked(None, None) is None
+    assert TaskResources.checked(None, 0.5) == TaskResources(None, 0.5)
+    assert TaskResources(cpus=2).scale(slots=4, default_cpus=1) == 2
+    assert TaskResources(cpus=3).scale(slots=4, default_cpus=2) == 2
+    assert TaskResources(gpus=1.0).scale(slots=4, default_cpus=1) == 4
 
 
 def test_event_channel_tells_a_waiting_evaluator_of_each_epoch_and_of_the_end():

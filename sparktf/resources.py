@@ -1,0 +1,68 @@
+"""What the tasks of a training stage ask Spark for: a task ResourceProfile, GPUs."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from sparktf.errors import InvalidInputError
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskResources:
+    """What each task of the training stage asks Spark for (stage-level scheduling)."""
+
+    cpus: int | None = None
+    gpus: float | None = None
+
+    @classmethod
+    def checked(cls, cpus, gpus) -> "TaskResources | None":
+        """None when nothing is asked; refuses bad amounts with the value received."""
+        if cpus is not None and (isinstance(cpus, bool) or not isinstance(cpus, int)
+                                 or cpus < 1):
+            raise InvalidInputError(f"taskCpus must be an integer >= 1 or None. "
+                                    f"Received: taskCpus={cpus!r}")
+        if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, (int, float))
+                                 or gpus <= 0 or (gpus > 1 and gpus != int(gpus))):
+            raise InvalidInputError(f"taskGpus must be a fraction in (0, 1] or a whole number "
+                                    f"of GPUs, or None. Received: taskGpus={gpus!r}")
+        return None if cpus is None and gpus is None else cls(cpus, gpus)
+
+    def profile(self):
+        """The pyspark ``ResourceProfile`` of the training stage."""
+        from pyspark.resource import ResourceProfileBuilder, TaskResourceRequests
+
+        requests = TaskResourceRequests()
+        if self.cpus is not None:
+            requests.cpus(self.cpus)
+        if self.gpus is not None:
+            requests.resource("gpu", float(self.gpus))
+        return ResourceProfileBuilder().require(requests).build
+
+    def slots(self, sc, default_slots: int) -> int:
+        """Concurrent tasks of this profile, from the default profile's slots."""
+        return self.scale(default_slots, int(sc.getConf().get("spark.task.cpus", "1")))
+
+    def scale(self, slots: int, default_cpus: int) -> int:
+        """``slots`` tasks of ``default_cpus`` CPUs each, as tasks of this profile."""
+        return slots if self.cpus is None else slots * default_cpus // self.cpus
+
+    def check(self, sc) -> None:
+        """Refuses GPU requests that no executor can satisfy, before the stage starts."""
+        if self.gpus and not sc.getConf().get("spark.executor.resource.gpu.amount"):
+            raise InvalidInputError(
+                f"taskGpus={self.gpus} asks for GPUs, but the executors have none: set "
+                "spark.executor.resource.gpu.amount and "
+                "spark.executor.resource.gpu.discoveryScript when creating the session.")
+
+
+def gpus_scheduled(sc) -> bool:
+    amount = sc.getConf().get("spark.task.resource.gpu.amount", None)
+    return bool(amount) and float(amount) > 0
+
+
+def check_gpu_conf(sc) -> None:
+    if not gpus_scheduled(sc):
+        raise InvalidInputError(
+            "useGpu=True, but Spark is not scheduling GPUs: spark.task.resource.gpu.amount is "
+            "not set. Set spark.executor.resource.gpu.amount, spark.task.resource.gpu.amount "
+            "and a discovery script, or use useGpu='auto' to fall back to CPU.")

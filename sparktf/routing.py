@@ -1,0 +1,52 @@
+"""Which rows reach which task: one input partition per rank, as ``cluster.layout`` says."""
+
+from __future__ import annotations
+
+from sparktf.errors import ClusterFormationError
+from sparktf.runtime import cluster
+
+ROUTE_COLUMN = "_sparktf_route"
+
+
+def input_frame(spark, df, plan: cluster.Layout, split_column: str | None):
+    """One partition per task, each holding the rows the layout gives its rank."""
+    if df is None:
+        return spark.range(0, plan.num_tasks, 1, plan.num_tasks)
+    if plan.simple:
+        if df.rdd.getNumPartitions() == plan.num_tasks:
+            return df
+        # A shuffle, not coalesce: barrier stages refuse RDD chains that change partition counts.
+        return df.repartition(plan.num_tasks)
+    return _routed(spark, df, plan, split_column)
+
+
+def _routed(spark, df, plan: cluster.Layout, split_column: str | None):
+    """``df`` hash-partitioned on a key chosen per row so that each row lands on its rank.
+
+    Training rows are spread at random over the training ranks, validation rows all
+    go to ``plan.validation_rank``; the other ranks get empty partitions.
+    """
+    from pyspark.sql import functions as F
+
+    keys = [F.lit(k).cast("bigint") for k in _partition_keys(spark, plan.num_tasks)]
+    spread = F.array(*[keys[r] for r in plan.training_ranks])[
+        F.floor(F.rand(len(plan.training_ranks)) * len(plan.training_ranks)).cast("int")]
+    if plan.validation_rank is not None and split_column is not None:
+        spread = F.when(F.col(split_column), keys[plan.validation_rank]).otherwise(spread)
+    return (df.withColumn(ROUTE_COLUMN, spread)
+            .repartition(plan.num_tasks, ROUTE_COLUMN).drop(ROUTE_COLUMN))
+
+
+def _partition_keys(spark, n: int) -> list[int]:
+    """For each partition p < n, a bigint that Spark's hash partitioning sends to p.
+
+    The key column must be bigint too: Spark hashes an int differently from a bigint.
+    """
+    from pyspark.sql import functions as F
+
+    found = (spark.range(0, 64 * n).select("id", F.pmod(F.hash("id"), F.lit(n)).alias("p"))
+             .groupBy("p").agg(F.min("id").alias("id")).collect())
+    keys = {row["p"]: row["id"] for row in found}
+    if len(keys) < n:  # astronomically unlikely with 64 candidates a partition
+        raise ClusterFormationError(f"found no routing key for some of {n} partitions")
+    return [keys[p] for p in range(n)]
