@@ -69,8 +69,8 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                  batchSize=32, learningRate=1e-3, hyperParams=None, validationFraction=0.0,
                  validationCol=None, shuffle=True, seed=None, inputMode="stream",
                  modelDir=None, maxRetries=0, useGpu="auto", callbacks=None,
-                 stallTimeout=600.0, evaluator=False, tensorboard=False, taskCpus=None,
-                 taskGpus=None):
+                 stallTimeout=600.0, evaluator=False, tensorboard=False, summarySteps=0,
+                 taskCpus=None, taskGpus=None):
         super().__init__()
         self._set(**without_none(self._input_kwargs))
 
@@ -81,8 +81,8 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                   batchSize=32, learningRate=1e-3, hyperParams=None, validationFraction=0.0,
                   validationCol=None, shuffle=True, seed=None, inputMode="stream",
                   modelDir=None, maxRetries=0, useGpu="auto", callbacks=None,
-                  stallTimeout=600.0, evaluator=False, tensorboard=False, taskCpus=None,
-                  taskGpus=None):
+                  stallTimeout=600.0, evaluator=False, tensorboard=False, summarySteps=0,
+                  taskCpus=None, taskGpus=None):
         """Sets the given Params; see the constructor."""
         return self._set(**without_none(self._input_kwargs))
 
@@ -202,7 +202,8 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
             shuffle=self.getShuffle(), seed=self.getOrDefault(self.seed) % (2 ** 31),
             has_validation=(self.isSet(self.validationCol)
                             or self.getValidationFraction() > 0),
-            callbacks=tuple(self.getCallbacks()), evaluator=self.getEvaluator())
+            callbacks=tuple(self.getCallbacks()), evaluator=self.getEvaluator(),
+            summary_steps=self.getSummarySteps())
 
     def _training_frame(self, dataset: DataFrame):
         """The columns the workers need, plus the validation flag if any."""

@@ -154,6 +154,9 @@ class _TFEstimatorParams(_TFSharedParams, HasLabelCol, HasSeed):
     tensorboard: Param = _param("tensorboard", "start a TensorBoard server on the driver over "
                                 "modelDir's logs and print its URL",
                                 TypeConverters.toBoolean)
+    summarySteps: Param = _param("summarySteps", "also write the training loss to TensorBoard "
+                                 "every this many steps (batch_loss; 0: per epoch only)",
+                                 _int_at_least("summarySteps", 0))
     taskCpus: Param = _param("taskCpus", "CPUs each training task asks for (a Spark "
                              "ResourceProfile for the training stage only)",
                              _int_at_least("taskCpus", 1))
@@ -173,7 +176,7 @@ class _TFEstimatorParams(_TFSharedParams, HasLabelCol, HasSeed):
                          hyperParams={}, validationFraction=0.0, shuffle=True,
                          inputMode="stream", maxRetries=0, useGpu="auto", callbacks=[],
                          modelFn=None, stallTimeout=600.0, evaluator=False,
-                         tensorboard=False)
+                         tensorboard=False, summarySteps=0)
 
     def getModelFn(self):
         return self.getOrDefault(self.modelFn)
@@ -216,6 +219,9 @@ class _TFEstimatorParams(_TFSharedParams, HasLabelCol, HasSeed):
 
     def getTensorboard(self) -> bool:
         return self.getOrDefault(self.tensorboard)
+
+    def getSummarySteps(self) -> int:
+        return self.getOrDefault(self.summarySteps)
 
     def getTaskCpus(self) -> int | None:
         return self.getOrDefault(self.taskCpus) if self.isDefined(self.taskCpus) else None

@@ -121,6 +121,8 @@ class _Chief(training.EpochRunner):
             losses += [self.coordinator.schedule(self.train_step, args=(self.iterator,))
                        for _ in range(start, min(start + STEPS_PER_JOIN, self.steps))]
             self.coordinator.join()  # raises the first error of a scheduled step
+        for step, loss in enumerate(losses):
+            self.summaries.write_step(epoch * self.steps + step + 1, loss.fetch)
         self.rows_trained = self.steps * self.spec.batch_size
         return {"loss": float(np.mean([loss.fetch() for loss in losses])),
                 **keras_steps.metric_results(self.model)}

@@ -16,10 +16,12 @@ LOGS = "logs"
 
 
 class EpochSummaries:
-    """Writes one scalar per metric per epoch; a no-op on tasks that are not the chief."""
+    """Writes one scalar per metric per epoch, and with ``every_steps`` the training loss
+    every that many steps; a no-op on tasks that are not the chief."""
 
-    def __init__(self, model_dir: str, is_chief: bool):
+    def __init__(self, model_dir: str, is_chief: bool, every_steps: int = 0):
         self._writers = {}
+        self._every = every_steps
         self._target = storage.join(model_dir, LOGS)
         self._local = None
         if not is_chief:
@@ -38,23 +40,32 @@ class EpochSummaries:
         """Records ``logs`` for ``epoch`` (1-based): ``val_x`` goes to validation as ``x``."""
         if not self._writers:
             return
-        import tensorflow as tf
-
-        from tensorflow.core.framework import summary_pb2
-
-        # tf.summary.write is TensorFlow core; the metadata marks each value as a scalar for
-        # TensorBoard's scalars plugin (tf.summary.scalar would need the tensorboard package).
-        metadata = summary_pb2.SummaryMetadata(
-            plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"))
         for key, value in logs.items():
             split, name = ("validation", key[4:]) if key.startswith("val_") else ("train", key)
-            with self._writers[split].as_default(step=epoch):
-                tf.summary.write(f"epoch_{name}", tf.constant(float(value)),
-                                 metadata=metadata.SerializeToString())
+            self._scalar(split, f"epoch_{name}", epoch, float(value))
         for writer in self._writers.values():
             writer.flush()
         if self._local:
             storage.put_dir(self._local, self._target)
+
+    def write_step(self, step: int, loss) -> None:
+        """Records the training loss at global ``step`` (1-based) if it is one to log.
+
+        ``loss`` is the value or a function that returns it (fetched only when logged).
+        """
+        if self._writers and self._every and step % self._every == 0:
+            self._scalar("train", "batch_loss", step, float(loss() if callable(loss) else loss))
+
+    def _scalar(self, split: str, tag: str, step: int, value: float) -> None:
+        import tensorflow as tf
+        from tensorflow.core.framework import summary_pb2
+
+        # tf.summary.write is TensorFlow core; the metadata marks the value as a scalar for
+        # TensorBoard's scalars plugin (tf.summary.scalar would need the tensorboard package).
+        metadata = summary_pb2.SummaryMetadata(
+            plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"))
+        with self._writers[split].as_default(step=step):
+            tf.summary.write(tag, tf.constant(value), metadata=metadata.SerializeToString())
 
     def close(self) -> None:
         for writer in self._writers.values():

@@ -68,7 +68,8 @@ def fit(spec, ctx, strategy, model, first_epoch: int, history: dict, steps: int,
         def __init__(self):
             super().__init__()
             self.history = {k: list(v) for k, v in history.items()}
-            self.summaries = summaries.EpochSummaries(spec.model_dir, ctx.isChief)
+            self.summaries = summaries.EpochSummaries(spec.model_dir, ctx.isChief,
+                                                      spec.summary_steps)
             self.beat = signals.Heartbeat(ctx)
             self.epoch = first_epoch + 1
             self.started = time.monotonic()
@@ -83,6 +84,8 @@ def fit(spec, ctx, strategy, model, first_epoch: int, history: dict, steps: int,
 
         def on_train_batch_end(self, batch, logs=None):
             self.beat("training", self.epoch, batch, force=False)
+            self.summaries.write_step((self.epoch - 1) * steps + batch + 1,
+                                      lambda: float((logs or {})["loss"]))
 
         def on_epoch_end(self, epoch, logs=None):
             logs = {k: float(v) for k, v in (logs or {}).items()}

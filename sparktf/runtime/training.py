@@ -42,6 +42,7 @@ class TrainSpec:
     has_validation: bool = False
     callbacks: tuple = ()
     evaluator: bool = False  # an evaluator side-car validates instead of the workers
+    summary_steps: int = 0  # also log the training loss every this many steps (0: never)
 
     @property
     def validates_in_loop(self) -> bool:
@@ -148,7 +149,8 @@ class EpochRunner:
     def __init__(self, spec: TrainSpec, ctx, model, steps: int, beat=None):
         self.spec, self.ctx, self.model, self.steps = spec, ctx, model, steps
         self.beat = beat or signals.Heartbeat(ctx)
-        self.summaries = summaries.EpochSummaries(spec.model_dir, ctx.isChief)
+        self.summaries = summaries.EpochSummaries(spec.model_dir, ctx.isChief,
+                                                  spec.summary_steps)
         self.callbacks = callback_list(spec.callbacks, model, spec.epochs, steps)
         self.rows_trained = 0  # in the last epoch, over all workers
 
@@ -227,7 +229,9 @@ class _EpochLoop(EpochRunner):
             x = keras_steps.to_model_inputs(features, self.specs)
             out = self.train_step(x, label, tf.constant(self.weights[step], tf.float32))
             n = len(label)
-            loss_sum += keras_steps.local_value(self.strategy, out) * n
+            loss = keras_steps.local_value(self.strategy, out)
+            self.summaries.write_step(epoch * self.steps + step + 1, loss)
+            loss_sum += loss * n
             rows += n
             self.callbacks.on_train_batch_end(step)
         self.beat("all-reduce", epoch + 1)

@@ -160,13 +160,15 @@ def test_tensorboard_event_files_hold_the_epoch_scalars(spark, tmp_path):
     X, y = data.linear_rows(400)
     df = spark.createDataFrame(data.rows(X, y), "features array<double>, label double")
     model = TFEstimator(modelFn=models.linear, numWorkers=2, epochs=3, batchSize=32,
-                        validationFraction=0.2, seed=4, modelDir=str(tmp_path / "m")).fit(df)
+                        validationFraction=0.2, seed=4, summarySteps=4,
+                        modelDir=str(tmp_path / "m")).fit(df)
     fit_dir = os.path.dirname(os.path.dirname(model.getModelPath()))
     history = model.getHistory()
+    found = {}
     for split, prefix in (("train", ""), ("validation", "val_")):
         files = glob.glob(os.path.join(fit_dir, "logs", split, "events.out.tfevents.*"))
         assert len(files) == 1, files
-        scalars = {}
+        scalars = found[split] = {}
         for event in tf.compat.v1.train.summary_iterator(files[0]):
             for value in event.summary.value:
                 scalars.setdefault(value.tag, []).append(
@@ -175,6 +177,11 @@ def test_tensorboard_event_files_hold_the_epoch_scalars(spark, tmp_path):
         assert [step for step, _ in scalars["epoch_loss"]] == [1, 2, 3]
         np.testing.assert_allclose([v for _, v in scalars["epoch_loss"]],
                                    history[prefix + "loss"], rtol=1e-5)
+    # summarySteps=4: the training loss every 4th global step (~10 steps an epoch, 3 epochs)
+    steps = [step for step, _ in found["train"]["batch_loss"]]
+    assert len(steps) >= 6 and steps == list(range(4, 4 * len(steps) + 1, 4)), steps
+    assert all(np.isfinite(v) for _, v in found["train"]["batch_loss"])
+    assert "batch_loss" not in found["validation"]
 
 
 def test_tensorboard_server_shows_the_fits_until_stopped(spark, tmp_path, caplog):

@@ -51,14 +51,29 @@ def ps_regression(spark, workdir, lines):
 
     est = TFEstimator(modelFn=models.linear, numWorkers=2, numPs=1, epochs=12, batchSize=32,
                       learningRate=0.05, modelDir=os.path.join(workdir, "ps"),
-                      stallTimeout=180)
+                      stallTimeout=180, summarySteps=50)
     model = est.fit(linear_frame(spark, 2000))
     scored = model.transform(linear_frame(spark, 50, seed=3)).select("label", "prediction")
     errors = [abs(r.label - r.prediction) for r in scored.collect()]
     emit("ps_regression", {"weights": weights(model), "history": model.getHistory(),
                            "max_abs_error": max(errors),
                            "children_left": conftest.wait_gone(conftest.child_pids(), 30),
-                           "serving": [l for l in lines if "serving for the chief" in l]})
+                           "serving": [l for l in lines if "serving for the chief" in l],
+                           "scalars": scalar_steps(model)})
+
+
+def scalar_steps(model):
+    """{tag: [step, ...]} of the fit's training event file."""
+    import glob
+
+    import tensorflow as tf
+    fit_dir = os.path.dirname(os.path.dirname(model.getModelPath()))
+    steps = {}
+    for path in glob.glob(os.path.join(fit_dir, "logs", "train", "events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                steps.setdefault(value.tag, []).append(event.step)
+    return steps
 
 
 def evaluator(spark, workdir, lines, num_ps):
