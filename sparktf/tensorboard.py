@@ -29,11 +29,12 @@ class _Board:
         self.logdir = logdir
         self._server = None
 
-        def make_server(app, flags):
-            self._server = program.WerkzeugServer(app, flags)
+        def make_server(wsgi_app, flags):
+            self._server = program.WerkzeugServer(wsgi_app, flags)
             return self._server
 
-        board = program.TensorBoard(server_class=make_server)
+        # the port scan (6006 onwards) that TensorBoard's own default server class has
+        board = program.TensorBoard(server_class=program.with_port_scanning(make_server))
         board.configure(argv=[None, "--logdir", logdir])
         self.url = board.launch()
 

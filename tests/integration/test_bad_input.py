@@ -125,7 +125,8 @@ def test_scoring_with_a_missing_savedmodel_is_refused(spark, tmp_path):
 
 
 def test_parameter_servers_count_against_the_slots_too(spark):
-    with pytest.raises(sparktf.ClusterCapacityError, match="needs 3 concurrent task slots"):
+    # 2 workers + the chief + 1 parameter server on a cluster of 2 slots
+    with pytest.raises(sparktf.ClusterCapacityError, match="needs 4 concurrent task slots"):
         sparktf.run(spark, lambda a, c: None, numWorkers=2, numPs=1)
 
 

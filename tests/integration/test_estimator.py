@@ -4,6 +4,7 @@ import json
 import logging
 import os
 import re
+import time
 
 import numpy as np
 import pytest
@@ -199,8 +200,14 @@ def test_tensorboard_server_shows_the_fits_until_stopped(spark, tmp_path, caplog
     url = tensorboard.running()[model_dir]
     assert any(url in r.getMessage() for r in caplog.records)  # the URL is printed
     fit_name = os.path.basename(os.path.dirname(os.path.dirname(model.getModelPath())))
-    with urllib.request.urlopen(url + "data/runs", timeout=30) as response:
-        runs = json.loads(response.read())
+    # TensorBoard rescans its logdir every 5 s (no blocking way to wait for a scan):
+    # ask again until the fit's run shows, for at most 30 s
+    deadline, runs = time.monotonic() + 30, []
+    while f"{fit_name}/logs/train" not in runs and time.monotonic() < deadline:
+        with urllib.request.urlopen(url + "data/runs", timeout=30) as response:
+            runs = json.loads(response.read())
+        if f"{fit_name}/logs/train" not in runs:
+            time.sleep(1)
     assert f"{fit_name}/logs/train" in runs, runs
     tensorboard.stop(model_dir)
     assert model_dir not in tensorboard.running()
