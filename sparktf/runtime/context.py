@@ -32,7 +32,7 @@ class TaskContext:
     clusterSpec : dict
         Job name -> list of ``host:port``, identical on every task.
     numWorkers : int
-        Number of training tasks (chief included).
+        Number of ``worker`` tasks (with parameter servers, the chief is one more).
     numPs : int
         Number of parameter servers.
     modelDir : str or None
@@ -112,6 +112,26 @@ class TaskContext:
 
         ds = tf.data.Dataset.from_generator(chunks, output_signature=signature)
         return ds.rebatch(batch_size).prefetch(tf.data.AUTOTUNE)
+
+    def serve(self) -> None:
+        """With parameter servers, on a ``ps`` or ``worker`` task: starts this task's
+        TensorFlow server and tells the driver. Return from ``main_fn`` afterwards: the
+        process (and its server) stays up until the chief's ``main_fn`` has returned."""
+        from sparktf.runtime import ps_training
+        if self.jobName not in ("ps", "worker") or not self.numPs:
+            raise ValueError(f"serve() is for the ps and worker tasks of a job with numPs > 0; "
+                             f"this is {self.jobName}:{self.taskIndex} with numPs={self.numPs}.")
+        ps_training.serve(self)
+
+    def awaitServers(self) -> None:
+        """On the chief (numPs > 0): blocks until every worker and parameter server
+        serves. Call it before creating ``tf.distribute.ParameterServerStrategy``,
+        whose coordinator would otherwise count a server still starting as failed."""
+        from sparktf.runtime import ps_training
+        if self.jobName != "chief":
+            raise ValueError(f"awaitServers() is for the chief of a job with numPs > 0; this "
+                             f"is {self.jobName}:{self.taskIndex}.")
+        ps_training.await_servers(self)
 
     def emit(self, kind: str, **payload: Any) -> None:
         """Sends a structured event (e.g. epoch progress) to the driver."""

@@ -17,7 +17,8 @@ from tests.integration import data
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "async_jobs.py")
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-SCENARIOS = ["ps_regression", "evaluator_ps0", "evaluator_ps1", "ps_parquet", "task_cpus"]
+SCENARIOS = ["ps_regression", "run_ps", "evaluator_ps0", "evaluator_ps1", "ps_parquet",
+             "task_cpus"]
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -55,6 +56,15 @@ def test_parameter_servers_and_workers_are_gone_after_fit(found):
     assert result["children_left"] == []
     # the driver heard each worker and parameter server start serving (2 workers, 1 ps)
     assert len(result["serving"]) == 3, result["serving"]
+
+
+def test_run_gives_user_code_a_parameter_server_cluster(found):
+    result = found["run_ps"]
+    workers_0, workers_1, chief, ps = result["results"]  # ranks: workers, chief, ps
+    assert [workers_0, workers_1, ps] == ["worker", "worker", "ps"]
+    assert chief["counter"] == 20.0  # every scheduled step ran once, on the workers
+    assert "/job:ps/" in chief["device"]
+    assert result["children_left"] == []
 
 
 @pytest.mark.parametrize("scenario", ["evaluator_ps0", "evaluator_ps1"])

@@ -88,3 +88,13 @@ def test_pick_port_skips_a_port_in_use():
 def test_port_conflict_is_recognised_from_tensorflow_error_text():
     assert cluster.is_port_conflict("UnknownError: Could not start gRPC server")
     assert not cluster.is_port_conflict("ValueError: bad shape")
+
+
+def test_serve_and_await_servers_refuse_the_wrong_role():
+    from sparktf.runtime.context import TaskContext
+    allreduce_worker = TaskContext(jobName="worker", taskIndex=0, rank=0,
+                                   clusterSpec={"worker": ["h:1"]}, numWorkers=1)
+    with pytest.raises(ValueError, match="numPs > 0"):
+        allreduce_worker.serve()
+    with pytest.raises(ValueError, match="for the chief"):
+        allreduce_worker.awaitServers()

@@ -120,7 +120,37 @@ def task_cpus(spark, workdir, lines):
     emit("task_cpus", {"tasks": found, "refused": refused})
 
 
-SCENARIOS = {"ps_regression": ps_regression, "ps_parquet": ps_parquet,
+def run_ps(spark, workdir, lines):
+    import sparktf
+    from tests import conftest
+
+    def main(steps, ctx):
+        import tensorflow as tf
+        if ctx.jobName in ("ps", "worker"):
+            ctx.serve()
+            return ctx.jobName
+        ctx.awaitServers()
+        strategy = tf.distribute.ParameterServerStrategy(
+            tf.distribute.cluster_resolver.TFConfigClusterResolver())
+        with strategy.scope():
+            counter = tf.Variable(0.0)
+        coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+
+        @tf.function
+        def step():
+            counter.assign_add(1.0)
+            return tf.constant(1)
+        for _ in range(steps):
+            coordinator.schedule(step)
+        coordinator.join()
+        return {"counter": float(counter.numpy()), "device": counter.device}
+
+    found = sparktf.run(spark, main, 20, numWorkers=2, numPs=1)
+    emit("run_ps", {"results": found,
+                    "children_left": conftest.wait_gone(conftest.child_pids(), 30)})
+
+
+SCENARIOS = {"ps_regression": ps_regression, "run_ps": run_ps, "ps_parquet": ps_parquet,
              "evaluator_ps0": lambda s, w, l: evaluator(s, w, l, 0),
              "evaluator_ps1": lambda s, w, l: evaluator(s, w, l, 1),
              "task_cpus": task_cpus}
