@@ -16,12 +16,12 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from sparktf import failures, launcher, pickling, tensorboard
-from sparktf.resources import TaskResources
 from sparktf.errors import InvalidInputError, SparkTFError
 from sparktf.ml import schema
 from sparktf.ml.model import TFModel
 from sparktf.ml.params import _TFEstimatorParams, add_setters, without_none
 from sparktf.ml.progress import EpochProgress
+from sparktf.resources import TaskResources
 from sparktf.runtime import storage, training
 
 logger = logging.getLogger("sparktf")
@@ -137,8 +137,7 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
         if self.getModelFn() is None:
             raise InvalidInputError("TFEstimator needs modelFn: a callable hparams -> compiled "
                                     "keras.Model. Received: modelFn=None")
-        if self.getEvaluator() and not (self.isSet(self.validationCol)
-                                        or self.getValidationFraction() > 0):
+        if self.getEvaluator() and not self._holds_out_rows():
             raise InvalidInputError("evaluator=True evaluates on held-out rows: set "
                                     "validationFraction or validationCol as well. Received: "
                                     "evaluator=True with no validation rows")
@@ -153,6 +152,10 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
         if self.isSet(self.validationCol):
             schema.check_feedable(dataset.schema, [self.getValidationCol()], "validation")
         schema.check_rows(dataset, self.featureColumns(), self.getLabelCol())
+
+    def _holds_out_rows(self) -> bool:
+        """Whether some rows are held out for validation (validationCol or a fraction)."""
+        return self.isSet(self.validationCol) or self.getValidationFraction() > 0
 
     def _run_dir(self, master: str) -> str:
         """This fit's own folder under modelDir: its export and checkpoints.
@@ -200,8 +203,7 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
             feature_columns=tuple(self.featureColumns()), label_column=self.getLabelCol(),
             epochs=self.getEpochs(), batch_size=self.getBatchSize(), model_dir=model_dir,
             shuffle=self.getShuffle(), seed=self.getOrDefault(self.seed) % (2 ** 31),
-            has_validation=(self.isSet(self.validationCol)
-                            or self.getValidationFraction() > 0),
+            has_validation=self._holds_out_rows(),
             callbacks=tuple(self.getCallbacks()), evaluator=self.getEvaluator(),
             summary_steps=self.getSummarySteps())
 

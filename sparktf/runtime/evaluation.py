@@ -16,24 +16,21 @@ from sparktf.runtime import checkpoint, feed, keras_steps, training
 from sparktf.runtime.events import EventClient
 
 
-def evaluate(model, spec: training.TrainSpec, shard: feed.Shard) -> dict[str, float]:
-    """``val_loss`` and the compiled metrics (``val_`` prefixed) of ``model`` on ``shard``."""
-    import tensorflow as tf
+class Validator:
+    """Validates ``model`` in this process alone; its eval step is traced once, then reused."""
 
-    strategy = tf.distribute.get_strategy()  # the default: this process alone
-    _, eval_step = keras_steps.make_steps(strategy, model)
-    specs = keras_steps.input_specs(model)
-    names = list(spec.feature_columns) + [spec.label_column]
-    model.reset_metrics()
-    loss_sum, rows = 0.0, 0
-    for batch in feed.step_batches(shard, training.plan_steps([shard.num_rows],
-                                                              spec.batch_size), names):
-        label = batch[spec.label_column]
-        x = keras_steps.to_model_inputs([batch[c] for c in spec.feature_columns], specs)
-        loss_sum += keras_steps.local_value(strategy, eval_step(x, label)) * len(label)
-        rows += len(label)
-    return {"val_loss": loss_sum / max(rows, 1),
-            **keras_steps.metric_results(model, prefix="val_")}
+    def __init__(self, model, spec: training.TrainSpec):
+        import tensorflow as tf
+
+        self.model, self.spec = model, spec
+        self.strategy = tf.distribute.get_strategy()  # the default: this process alone
+        _, self.eval_step = keras_steps.make_steps(self.strategy, model)
+
+    def __call__(self, shard: feed.Shard) -> dict[str, float]:
+        """``val_loss`` and the compiled metrics (``val_`` prefixed) on ``shard``."""
+        return training.validation_logs(
+            self.strategy, self.model, self.eval_step, self.spec, shard,
+            training.plan_steps([shard.num_rows], self.spec.batch_size), across_workers=False)
 
 
 def evaluate_checkpoints(spec: training.TrainSpec, ctx) -> dict:
@@ -45,6 +42,7 @@ def evaluate_checkpoints(spec: training.TrainSpec, ctx) -> dict:
         raise ValueError("The evaluator received no validation rows. Set validationFraction "
                          "or validationCol so that some rows are held out.")
     model = training.build_model(spec)
+    validate = Validator(model, spec)
     history: dict[str, list] = collections.defaultdict(list)
     done = 0
     with EventClient.from_environment(ctx.rank) as channel:
@@ -59,7 +57,7 @@ def evaluate_checkpoints(spec: training.TrainSpec, ctx) -> dict:
                     ctx.emit("log", line=f"evaluator: skipped epoch {epoch}: its checkpoint "
                                          "was already replaced by newer ones")
                     continue
-                logs = evaluate(model, spec, shard)
+                logs = validate(shard)
                 history["epoch"].append(epoch)
                 for key, value in logs.items():
                     history[key].append(value)

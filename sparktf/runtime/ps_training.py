@@ -28,7 +28,7 @@ STEPS_PER_JOIN = 200  # steps scheduled between heartbeats
 def train(spec: training.TrainSpec, ctx) -> dict | None:
     """One task of parameter-server training, by its role."""
     if ctx.jobName == cluster.WORKER:
-        write_records(ctx.shard, list(spec.feature_columns) + [spec.label_column], SHARD_FILE)
+        write_records(ctx.shard, spec.columns, SHARD_FILE)
     if ctx.jobName in (cluster.WORKER, cluster.PS):
         serve(ctx)
         return None
@@ -104,6 +104,7 @@ class _Chief(training.EpochRunner):
         self.specs = keras_steps.input_specs(model)
         self.coordinator = tf.distribute.coordinator.ClusterCoordinator(self.strategy)
         self.iterator = self.train_step = None
+        self.validator = evaluation.Validator(model, spec) if self.validates() else None
 
     def run(self) -> dict:
         first_epoch, history = training.resume(self.model, self.spec)
@@ -121,17 +122,18 @@ class _Chief(training.EpochRunner):
             losses += [self.coordinator.schedule(self.train_step, args=(self.iterator,))
                        for _ in range(start, min(start + STEPS_PER_JOIN, self.steps))]
             self.coordinator.join()  # raises the first error of a scheduled step
-        for step, loss in enumerate(losses):
-            self.summaries.write_step(epoch * self.steps + step + 1, loss.fetch)
+        values = [loss.fetch() for loss in losses]
+        for step, value in enumerate(values):
+            self.summaries.write_step(epoch * self.steps + step + 1, value)
         self.rows_trained = self.steps * self.spec.batch_size
-        return {"loss": float(np.mean([loss.fetch() for loss in losses])),
+        return {"loss": float(np.mean(values)),
                 **keras_steps.metric_results(self.model)}
 
     def validates(self) -> bool:
         return self.spec.validates_in_loop and self.ctx.validationShard is not None
 
     def validate(self) -> dict[str, float]:
-        return evaluation.evaluate(self.model, self.spec, self.ctx.validationShard)
+        return self.validator(self.ctx.validationShard)
 
     def _train_step(self):
         import tensorflow as tf
@@ -149,8 +151,8 @@ class _Chief(training.EpochRunner):
         """Built on the chief, run by TensorFlow on each worker over that worker's file."""
         import tensorflow as tf
 
-        names = list(self.spec.feature_columns) + [self.spec.label_column]
-        layout = [(tf.as_dtype(self.ctx.feedSpec[n][0]), self.ctx.feedSpec[n][1]) for n in names]
+        layout = [(tf.as_dtype(self.ctx.feedSpec[n][0]), self.ctx.feedSpec[n][1])
+                  for n in self.spec.columns]
         specs = self.specs
 
         def parse(record):

@@ -35,6 +35,13 @@ class EpochSummaries:
             root = self._local
         for split in ("train", "validation"):
             self._writers[split] = tf.summary.create_file_writer(os.path.join(root, split))
+        from tensorflow.core.framework import summary_pb2
+
+        # tf.summary.write is TensorFlow core; this metadata marks each value as a scalar for
+        # TensorBoard's scalars plugin (tf.summary.scalar would need the tensorboard package).
+        self._metadata = summary_pb2.SummaryMetadata(
+            plugin_data=summary_pb2.SummaryMetadata.PluginData(
+                plugin_name="scalars")).SerializeToString()
 
     def write(self, epoch: int, logs: dict) -> None:
         """Records ``logs`` for ``epoch`` (1-based): ``val_x`` goes to validation as ``x``."""
@@ -48,24 +55,16 @@ class EpochSummaries:
         if self._local:
             storage.put_dir(self._local, self._target)
 
-    def write_step(self, step: int, loss) -> None:
-        """Records the training loss at global ``step`` (1-based) if it is one to log.
-
-        ``loss`` is the value or a function that returns it (fetched only when logged).
-        """
+    def write_step(self, step: int, loss: float) -> None:
+        """Records the training loss at global ``step`` (1-based) if it is one to log."""
         if self._writers and self._every and step % self._every == 0:
-            self._scalar("train", "batch_loss", step, float(loss() if callable(loss) else loss))
+            self._scalar("train", "batch_loss", step, float(loss))
 
     def _scalar(self, split: str, tag: str, step: int, value: float) -> None:
         import tensorflow as tf
-        from tensorflow.core.framework import summary_pb2
 
-        # tf.summary.write is TensorFlow core; the metadata marks the value as a scalar for
-        # TensorBoard's scalars plugin (tf.summary.scalar would need the tensorboard package).
-        metadata = summary_pb2.SummaryMetadata(
-            plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"))
         with self._writers[split].as_default(step=step):
-            tf.summary.write(tag, tf.constant(value), metadata=metadata.SerializeToString())
+            tf.summary.write(tag, tf.constant(value), metadata=self._metadata)
 
     def close(self) -> None:
         for writer in self._writers.values():

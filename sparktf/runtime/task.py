@@ -148,9 +148,9 @@ def interop_threads(chosen: str | None, num_workers: int, num_ps: int) -> int:
     """TensorFlow's inter-op pool size for a task: 2 unless chosen, at least
     ``num_workers + 1`` with parameter servers.
 
-    In a parameter-server cluster every worker's step runs functions on the
-    parameter servers, and a task whose pool has fewer threads than that can block
-    on itself: with one inter-op thread, training stalls at its first step.
+    TensorFlow's own parameter-server guide gives its workers that many; with one
+    inter-op thread, parameter-server training stalled at its first step every time
+    we tried.
     """
     threads = int(chosen) if chosen and chosen.strip().isdigit() and int(chosen) > 0 else 2
     return max(threads, num_workers + 1) if num_ps else threads

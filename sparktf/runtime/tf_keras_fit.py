@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import time
 
-from sparktf.runtime import checkpoint, feed, keras_steps, signals, summaries
+from sparktf.runtime import checkpoint, keras_steps, signals, summaries
 
 
 def is_tf_keras(model) -> bool:
@@ -30,15 +30,11 @@ def _dataset(strategy, shard, steps, spec, specs, shuffle: bool):
     """A distributed dataset yielding this worker's ``steps`` batches per epoch, forever."""
     import tensorflow as tf
 
-    names = list(spec.feature_columns) + [spec.label_column]
-
     def epoch_batches():
         for epoch in itertools.count():
-            seed = (spec.seed * 1_000_003 + epoch) % (2 ** 63) if shuffle else None
-            for batch in feed.step_batches(shard, steps, names, seed):
-                x = keras_steps.to_model_inputs([batch[c] for c in spec.feature_columns],
-                                                specs)
-                yield (tuple(x) if isinstance(x, list) else x), batch[spec.label_column]
+            for features, label in spec.batches(shard, steps, epoch if shuffle else None):
+                x = keras_steps.to_model_inputs(features, specs)
+                yield (tuple(x) if isinstance(x, list) else x), label
 
     sample_x, sample_y = next(epoch_batches())
 
@@ -85,7 +81,7 @@ def fit(spec, ctx, strategy, model, first_epoch: int, history: dict, steps: int,
         def on_train_batch_end(self, batch, logs=None):
             self.beat("training", self.epoch, batch, force=False)
             self.summaries.write_step((self.epoch - 1) * steps + batch + 1,
-                                      lambda: float((logs or {})["loss"]))
+                                      (logs or {}).get("loss"))
 
         def on_epoch_end(self, epoch, logs=None):
             logs = {k: float(v) for k, v in (logs or {}).items()}

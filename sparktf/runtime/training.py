@@ -48,6 +48,19 @@ class TrainSpec:
     def validates_in_loop(self) -> bool:
         return self.has_validation and not self.evaluator
 
+    @property
+    def columns(self) -> list[str]:
+        """The columns a task reads: the features, then the label."""
+        return [*self.feature_columns, self.label_column]
+
+    def batches(self, shard: feed.Shard, steps: int, epoch: int | None = None):
+        """(feature arrays, label array) of ``shard`` in ``steps`` batches: in order, or
+        with ``epoch`` and ``shuffle``, shuffled with that epoch's own seed."""
+        seed = (None if epoch is None or not self.shuffle
+                else (self.seed * 1_000_003 + epoch) % (2 ** 63))
+        for batch in feed.step_batches(shard, steps, self.columns, seed):
+            yield [batch[c] for c in self.feature_columns], batch[self.label_column]
+
 
 def plan_steps(all_rows: Sequence[int], global_batch: int) -> int:
     """Steps per epoch so that every row is used once at about ``global_batch`` rows a step."""
@@ -208,20 +221,13 @@ class _EpochLoop(EpochRunner):
     def validates(self) -> bool:
         return bool(self.val_steps)
 
-    def _batches(self, shard, steps, seed):
-        names = list(self.spec.feature_columns) + [self.spec.label_column]
-        for batch in feed.step_batches(shard, steps, names, seed):
-            features = [batch[c] for c in self.spec.feature_columns]
-            yield features, batch[self.spec.label_column]
-
     def train_epoch(self, epoch: int) -> dict[str, float]:
         import tensorflow as tf
 
         self.model.reset_metrics()
-        seed = (self.spec.seed * 1_000_003 + epoch) % (2 ** 63) if self.spec.shuffle else None
         loss_sum, rows = 0.0, 0
-        for step, (features, label) in enumerate(self._batches(self.ctx.shard, self.steps,
-                                                               seed)):
+        for step, (features, label) in enumerate(self.spec.batches(self.ctx.shard, self.steps,
+                                                                   epoch)):
             if step == 0 and epoch == 0:
                 keras_steps.check_input_widths(features, self.specs, self.spec.feature_columns)
             self.beat("training", epoch + 1, step, force=step == 0)
@@ -241,16 +247,23 @@ class _EpochLoop(EpochRunner):
                 **keras_steps.metric_results(self.model)}
 
     def validate(self) -> dict[str, float]:
-        self.model.reset_metrics()
-        loss_sum, rows = 0.0, 0
-        for features, label in self._batches(self.ctx.validationShard, self.val_steps, None):
-            out = self.eval_step(keras_steps.to_model_inputs(features, self.specs), label)
-            loss_sum += keras_steps.local_value(self.strategy, out) * len(label)
-            rows += len(label)
-        total_loss, total_rows = keras_steps.all_sum(self.strategy, [loss_sum, rows])
-        return {"val_loss": float(total_loss / max(total_rows, 1)),
-                **keras_steps.metric_results(self.model, prefix="val_")}
+        return validation_logs(self.strategy, self.model, self.eval_step, self.spec,
+                               self.ctx.validationShard, self.val_steps, across_workers=True)
 
+
+def validation_logs(strategy, model, eval_step, spec: TrainSpec, shard: feed.Shard,
+                    steps: int, across_workers: bool) -> dict[str, float]:
+    """``val_loss`` and the ``val_`` metrics of ``model`` on ``shard`` in ``steps`` batches;
+    ``across_workers``: summed over every worker of ``strategy`` (all of them call this)."""
+    specs = keras_steps.input_specs(model)
+    model.reset_metrics()
+    sums = np.zeros(2)  # loss x rows, rows
+    for features, label in spec.batches(shard, steps):
+        out = eval_step(keras_steps.to_model_inputs(features, specs), label)
+        sums += (keras_steps.local_value(strategy, out) * len(label), len(label))
+    loss_sum, rows = keras_steps.all_sum(strategy, sums) if across_workers else sums
+    return {"val_loss": float(loss_sum / max(rows, 1)),
+            **keras_steps.metric_results(model, prefix="val_")}
 
 
 def callback_list(callbacks, model, epochs: int, steps: int):
