@@ -34,15 +34,22 @@ class _Board:
             return self._server
 
         # the port scan (6006 onwards) that TensorBoard's own default server class has
-        board = program.TensorBoard(server_class=program.with_port_scanning(make_server))
-        board.configure(argv=[None, "--logdir", logdir])
-        self.url = board.launch()
+        self._board = program.TensorBoard(
+            server_class=program.with_port_scanning(make_server))
+        self._board.configure(argv=[None, "--logdir", logdir])
+        self.url = self._board.launch()
 
     def stop(self) -> None:
         if self._server is not None:
             self._server.shutdown()  # returns once serve_forever has ended
             self._server.server_close()
             self._server = None
+        # TensorBoard's fast loader is a data-server process started with
+        # --die-after-stdin, which TensorBoard itself only closes when Python exits
+        # (tensorboard 2.21: the ingester keeps that stdin as _stdin_handle)
+        stdin = getattr(getattr(self._board, "_ingester", None), "_stdin_handle", None)
+        if stdin is not None and not stdin.closed:
+            stdin.close()
 
 
 _lock = threading.Lock()

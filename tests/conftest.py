@@ -8,6 +8,11 @@ CHILD_MARKER = "sparktf.runtime.child"
 
 def child_pids() -> list[int]:
     """PIDs of task processes (main_fn runners) alive on this machine."""
+    return pids_with(CHILD_MARKER)
+
+
+def pids_with(marker: str) -> list[int]:
+    """PIDs of this machine's processes whose command line contains ``marker``."""
     pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -17,7 +22,7 @@ def child_pids() -> list[int]:
                 cmdline = f.read()
         except OSError:
             continue
-        if CHILD_MARKER.encode() in cmdline:
+        if marker.encode() in cmdline:
             pids.append(int(entry))
     return pids
 

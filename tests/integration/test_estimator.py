@@ -14,6 +14,7 @@ from pyspark.ml.functions import array_to_vector
 
 import keras
 from sparktf.ml import TFEstimator, TFModel
+from tests import conftest
 from tests.integration import data, models
 
 pytestmark = pytest.mark.timeout(600)
@@ -209,10 +210,13 @@ def test_tensorboard_server_shows_the_fits_until_stopped(spark, tmp_path, caplog
         if f"{fit_name}/logs/train" not in runs:
             time.sleep(1)
     assert f"{fit_name}/logs/train" in runs, runs
+    loaders = conftest.pids_with(f"--logdir={model_dir}")  # TensorBoard's data server
+    assert loaders, "TensorBoard started no data server (tensorboard-data-server missing?)"
     tensorboard.stop(model_dir)
     assert model_dir not in tensorboard.running()
     with pytest.raises(urllib.error.URLError):
         urllib.request.urlopen(url, timeout=5)
+    assert conftest.wait_gone(loaders, 30) == []
 
 
 def test_parquet_input_mode_matches_stream_mode_and_reuses_its_copy(spark, tmp_path, caplog):
