@@ -214,7 +214,9 @@ def test_tensorboard_server_shows_the_fits_until_stopped(spark, tmp_path, caplog
     assert loaders, "TensorBoard started no data server (tensorboard-data-server missing?)"
     tensorboard.stop(model_dir)
     assert model_dir not in tensorboard.running()
-    with pytest.raises(urllib.error.URLError):
+    # nothing answers any more: the connection is refused, or (gVisor's network stack,
+    # measured: 131 of 200 tries right after a listener closes) reset unanswered
+    with pytest.raises((urllib.error.URLError, ConnectionResetError)):
         urllib.request.urlopen(url, timeout=5)
     assert conftest.wait_gone(loaders, 30) == []
 
