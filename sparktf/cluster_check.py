@@ -56,8 +56,9 @@ def current_slots(sc) -> int:
     return int(jsc.maxNumConcurrentTasks(profile))
 
 
-def check_capacity(sc, num_tasks: int, what: str, scale=None) -> None:
-    """Raises ``ClusterCapacityError`` unless ``num_tasks`` barrier tasks can run at once.
+def check_capacity(sc, num_tasks: int, what: str, scale=None) -> int:
+    """The concurrent task slots the stage has; ``ClusterCapacityError`` unless ``num_tasks``
+    barrier tasks can run at once.
 
     When the master will offer enough slots but some executors have not
     registered yet (a session just started), waits for them, bounded. ``scale(sc,
@@ -74,13 +75,13 @@ def check_capacity(sc, num_tasks: int, what: str, scale=None) -> None:
             "spark.executor.instances) for this application.")
     have = scale(sc, current_slots(sc))
     if have >= num_tasks:
-        return
+        return have
     expected = expected_slots(sc.master, conf)
     expected = scale(sc, expected) if expected is not None else None
     if expected is not None and expected >= num_tasks:
         have = _await_slots(sc, num_tasks, EXECUTOR_START_TIMEOUT_S, scale)
         if have >= num_tasks:
-            return
+            return have
     offered = max(have, expected or 0)
     raise ClusterCapacityError(
         f"{what} needs {num_tasks} concurrent task slots for its barrier stage, but the "

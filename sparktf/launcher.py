@@ -165,17 +165,14 @@ def launch(spark, payload: bytes, *, num_workers: int, num_ps: int = 0, df=None,
     cluster_check.check_security(dict(sc.getConf().getAll()), what)
     if resources is not None:
         resources.check(sc)
-    cluster_check.check_capacity(sc, stage.num_tasks, what,
-                                 resources.slots if resources is not None else None)
+    slots = cluster_check.check_capacity(sc, stage.num_tasks, what,
+                                         resources.slots if resources is not None else None)
     if use_gpu is True and not (resources is not None and resources.gpus):
         check_gpu_conf(sc)
     elif use_gpu == "auto" and not gpus_scheduled(sc):
         logger.info("sparktf: %s runs on CPU: Spark schedules no GPUs "
                     "(spark.task.resource.gpu.amount is not set)", what)
     cluster_check.ensure_executor_python(sc)
-    slots = cluster_check.current_slots(sc)
-    if resources is not None:
-        slots = resources.slots(sc, slots)
     with cluster_check.SlotGate.hold(stage.num_tasks, slots, what):
         rows = _run_stage(spark, stage, df, _EventCollector(on_event))
     results = sorted(((r["rank"], r["result"]) for r in rows))
