@@ -46,20 +46,35 @@ def input_specs(model) -> list[tuple[tuple[int, ...] | None, str | None]]:
     return specs
 
 
-def to_model_inputs(arrays: Sequence[np.ndarray], specs) -> object:
-    """Feature arrays shaped and typed for the model's inputs (one array or a list).
+def input_conversion(row_shape: tuple[int, ...], kind: str, spec
+                     ) -> tuple[tuple[int, ...] | None, str | None]:
+    """How a feature column feeds its model input ``spec`` = (shape, dtype): the row
+    shape to reshape to and the dtype to cast to, each None when nothing is needed.
 
     A flat vector becomes e.g. ``[8, 8, 1]`` when that is the input's shape, and
-    a scalar column becomes ``[1]``; integer columns feeding float inputs are cast.
+    a scalar column becomes ``[1]``; integer and boolean columns (numpy ``kind``
+    i, u, b) feeding float inputs are cast. One rule for numpy batches
+    (``to_model_inputs``) and for input pipelines built in the graph.
     """
+    shape, dtype = spec
+    reshape = (shape if shape is not None and row_shape != shape
+               and math.prod(shape) == math.prod(row_shape) else None)
+    cast = (str(dtype) if dtype is not None and str(dtype).startswith("float")
+            and kind in "iub" else None)
+    return reshape, cast
+
+
+def to_model_inputs(arrays: Sequence[np.ndarray], specs) -> object:
+    """Feature arrays shaped and typed for the model's inputs (one array or a list),
+    as ``input_conversion`` says."""
     out = []
     for i, arr in enumerate(arrays):
-        shape, dtype = specs[i] if i < len(specs) else (None, None)
-        if shape is not None and arr.shape[1:] != shape and \
-                math.prod(shape) == math.prod(arr.shape[1:]):
-            arr = arr.reshape((arr.shape[0],) + shape)
-        if dtype is not None and str(dtype).startswith("float") and arr.dtype.kind in "iub":
-            arr = arr.astype(str(dtype))
+        reshape, cast = input_conversion(arr.shape[1:], arr.dtype.kind,
+                                         specs[i] if i < len(specs) else (None, None))
+        if reshape is not None:
+            arr = arr.reshape((arr.shape[0],) + reshape)
+        if cast is not None:
+            arr = arr.astype(cast)
         out.append(arr)
     return out[0] if len(out) == 1 else out
 

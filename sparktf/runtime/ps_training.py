@@ -102,6 +102,12 @@ class _Chief(training.EpochRunner):
         super().__init__(spec, ctx, model, training.plan_steps(ctx.allNumRows,
                                                                spec.batch_size), beat)
         self.specs = keras_steps.input_specs(model)
+        # (dtype, row shape) of each column, as every worker's records hold them
+        self.rows = [(np.dtype(ctx.feedSpec[n][0]), () if ctx.feedSpec[n][1] == 0
+                      else (ctx.feedSpec[n][1],)) for n in spec.columns]
+        # the width check the all-reduce loop makes on its first batch, before any step
+        keras_steps.check_input_widths([np.empty((0, *shape), dtype) for dtype, shape
+                                        in self.rows[:-1]], self.specs, spec.feature_columns)
         self.coordinator = tf.distribute.coordinator.ClusterCoordinator(self.strategy)
         self.iterator = self.train_step = None
         self.validator = evaluation.Validator(model, spec) if self.validates() else None
@@ -151,18 +157,16 @@ class _Chief(training.EpochRunner):
         """Built on the chief, run by TensorFlow on each worker over that worker's file."""
         import tensorflow as tf
 
-        layout = [(tf.as_dtype(self.ctx.feedSpec[n][0]), self.ctx.feedSpec[n][1])
-                  for n in self.spec.columns]
-        specs = self.specs
+        rows, specs = self.rows, self.specs
 
         def parse(record):
             parts = tf.io.parse_tensor(record, tf.string)
-            return tuple(tf.ensure_shape(tf.io.parse_tensor(parts[i], dtype),
-                                         [None] if width == 0 else [None, width])
-                         for i, (dtype, width) in enumerate(layout))
+            return tuple(tf.ensure_shape(tf.io.parse_tensor(parts[i], tf.as_dtype(dtype)),
+                                         [None, *shape])
+                         for i, (dtype, shape) in enumerate(rows))
 
         def to_model(*columns):
-            features = [_shape_input(c, specs[i] if i < len(specs) else (None, None))
+            features = [_shape_input(c, rows[i], specs[i] if i < len(specs) else (None, None))
                         for i, c in enumerate(columns[:-1])]
             return (features[0] if len(features) == 1 else tuple(features)), columns[-1]
 
@@ -179,14 +183,16 @@ class _Chief(training.EpochRunner):
         return plain
 
 
-def _shape_input(column, spec):
-    """One feature batch shaped and typed for its model input, in the graph."""
+def _shape_input(column, row, spec):
+    """One feature batch shaped and typed for its model input, in the graph, by the rule
+    the all-reduce feed applies to numpy batches (``keras_steps.input_conversion``)."""
     import tensorflow as tf
 
-    shape, dtype = spec
-    if shape is not None and len(shape) > 1:
-        column = tf.reshape(column, [-1, *shape])
-    if dtype is not None and tf.as_dtype(dtype) != column.dtype:
-        column = tf.cast(column, dtype)
+    dtype, shape = row
+    reshape, cast = keras_steps.input_conversion(shape, dtype.kind, spec)
+    if reshape is not None:
+        column = tf.reshape(column, [-1, *reshape])
+    if cast is not None:
+        column = tf.cast(column, cast)
     return column
 
