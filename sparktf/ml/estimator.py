@@ -70,7 +70,7 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                  validationCol=None, shuffle=True, seed=None, inputMode="stream",
                  modelDir=None, maxRetries=0, useGpu="auto", callbacks=None,
                  stallTimeout=600.0, evaluator=False, tensorboard=False, summarySteps=0,
-                 taskCpus=None, taskGpus=None):
+                 taskCpus=None, taskGpus=None, weightCol=None, classWeight=None):
         super().__init__()
         self._set(**without_none(self._input_kwargs))
 
@@ -82,7 +82,7 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                   validationCol=None, shuffle=True, seed=None, inputMode="stream",
                   modelDir=None, maxRetries=0, useGpu="auto", callbacks=None,
                   stallTimeout=600.0, evaluator=False, tensorboard=False, summarySteps=0,
-                  taskCpus=None, taskGpus=None):
+                  taskCpus=None, taskGpus=None, weightCol=None, classWeight=None):
         """Sets the given Params; see the constructor."""
         return self._set(**without_none(self._input_kwargs))
 
@@ -151,7 +151,21 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                                     f"validationFraction={self.getValidationFraction()}")
         if self.isSet(self.validationCol):
             schema.check_feedable(dataset.schema, [self.getValidationCol()], "validation")
-        schema.check_rows(dataset, self.featureColumns(), self.getLabelCol())
+        weight = self.getWeightColOrNone()
+        if weight is not None:
+            if self.getClassWeight() is not None:
+                raise InvalidInputError(
+                    "Set either weightCol or classWeight, not both (Keras refuses "
+                    "sample_weight with class_weight too). Fold the class weights into the "
+                    f"weight column. Received: weightCol={weight!r}, "
+                    f"classWeight={self.getClassWeight()}")
+            schema.check_weight_column(dataset.schema, weight)
+        if self.getBatchSize() < self.getNumWorkers():
+            raise InvalidInputError(
+                f"batchSize is the global batch, shared by the workers: it must be at least "
+                f"numWorkers. Received: batchSize={self.getBatchSize()}, "
+                f"numWorkers={self.getNumWorkers()}")
+        schema.check_rows(dataset, self.featureColumns(), self.getLabelCol(), weight)
 
     def _holds_out_rows(self) -> bool:
         """Whether some rows are held out for validation (validationCol or a fraction)."""
@@ -205,11 +219,14 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
             shuffle=self.getShuffle(), seed=self.getOrDefault(self.seed) % (2 ** 31),
             has_validation=self._holds_out_rows(),
             callbacks=tuple(self.getCallbacks()), evaluator=self.getEvaluator(),
-            summary_steps=self.getSummarySteps())
+            summary_steps=self.getSummarySteps(), weight_column=self.getWeightColOrNone(),
+            class_weight=self.getClassWeight())
 
     def _training_frame(self, dataset: DataFrame):
         """The columns the workers need, plus the validation flag if any."""
-        columns = list(dict.fromkeys(self.featureColumns() + [self.getLabelCol()]))
+        weight = self.getWeightColOrNone()
+        columns = list(dict.fromkeys(self.featureColumns() + [self.getLabelCol()] +
+                                     ([weight] if weight else [])))
         selected = [F.col(c) for c in columns]
         if self.isSet(self.validationCol):
             flag = F.coalesce(F.col(self.getValidationCol()).cast("boolean"), F.lit(False))

@@ -6,12 +6,13 @@ form: what was expected, then ``Received: name=value``.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.ml.param.shared import (HasFeaturesCol, HasInputCols, HasLabelCol,
                                      HasPredictionCol, HasProbabilityCol, HasRawPredictionCol,
-                                     HasSeed)
+                                     HasSeed, HasWeightCol)
 
 from sparktf.errors import InvalidInputError
 from sparktf.runtime.gpu import USE_GPU_CHOICES
@@ -75,6 +76,31 @@ def _str_dict(name: str) -> Callable[[Any], dict]:
     return convert
 
 
+def _class_weight(value: Any) -> dict:
+    """Keras's ``class_weight``: class index -> non-negative weight. Keys may be strings
+    of integers (as JSON persistence gives them back)."""
+    if not isinstance(value, dict) or not value:
+        raise InvalidInputError("classWeight must be a non-empty dict class index -> weight, "
+                                "e.g. {0: 1.0, 1: 5.0}. Received: "
+                                f"classWeight={value!r}")
+    out = {}
+    for key, weight in value.items():
+        try:
+            index = int(key)
+        except (TypeError, ValueError):
+            index = None
+        if index is None or index < 0 or isinstance(key, bool) or (
+                isinstance(key, float) and not key.is_integer()):
+            raise InvalidInputError("classWeight keys must be class indices (integers >= 0). "
+                                    f"Received: classWeight={value!r}")
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or \
+                not math.isfinite(weight) or weight < 0:
+            raise InvalidInputError(f"classWeight values must be finite numbers >= 0. Received: "
+                                    f"classWeight[{key!r}]={weight!r}")
+        out[index] = float(weight)
+    return out
+
+
 def _callback_list(value: Any) -> list:
     items = list(value) if isinstance(value, (list, tuple)) else None
     if items is None:
@@ -115,8 +141,12 @@ class _TFSharedParams(HasFeaturesCol, HasInputCols, HasPredictionCol, HasProbabi
         return [self.getFeaturesCol()]
 
 
-class _TFEstimatorParams(_TFSharedParams, HasLabelCol, HasSeed):
+class _TFEstimatorParams(_TFSharedParams, HasLabelCol, HasSeed, HasWeightCol):
     """Params of ``TFEstimator``."""
+
+    classWeight: Param = _param("classWeight", "dict class index -> weight: Keras's "
+                                "class_weight (training rows only); not with weightCol",
+                                _class_weight)
 
     modelFn: Param = _param("modelFn", "callable hparams -> compiled keras.Model, called on "
                             "every worker", _callable_or_none("modelFn"))
@@ -234,6 +264,15 @@ class _TFEstimatorParams(_TFSharedParams, HasLabelCol, HasSeed):
 
     def getStallTimeout(self) -> float:
         return self.getOrDefault(self.stallTimeout)
+
+    def getClassWeight(self) -> dict | None:
+        return dict(self.getOrDefault(self.classWeight)) if self.isSet(self.classWeight) \
+            else None
+
+    def getWeightColOrNone(self) -> str | None:
+        """``weightCol`` when it is set to a column name, else None."""
+        return self.getWeightCol() if self.isSet(self.weightCol) and self.getWeightCol() \
+            else None
 
     def hparams(self) -> dict:
         """What ``modelFn`` receives: ``hyperParams`` plus learningRate, epochs, batchSize."""

@@ -17,20 +17,21 @@ from sparktf.runtime.events import EventClient
 
 
 class Validator:
-    """Validates ``model`` in this process alone; its eval step is traced once, then reused."""
+    """Validates ``model`` in this process alone; its test step is traced once, then reused."""
 
     def __init__(self, model, spec: training.TrainSpec):
         import tensorflow as tf
 
         self.model, self.spec = model, spec
-        self.strategy = tf.distribute.get_strategy()  # the default: this process alone
-        _, self.eval_step = keras_steps.make_steps(self.strategy, model)
+        # the default strategy: this process alone
+        self.steps = keras_steps.KerasSteps(tf.distribute.get_strategy(), model)
+        self.callbacks = training.callback_list(spec.callbacks, model, spec.epochs, 1)
 
     def __call__(self, shard: feed.Shard) -> dict[str, float]:
         """``val_loss`` and the compiled metrics (``val_`` prefixed) on ``shard``."""
-        return training.validation_logs(
-            self.strategy, self.model, self.eval_step, self.spec, shard,
-            training.plan_steps([shard.num_rows], self.spec.batch_size), across_workers=False)
+        plan = training.StepPlan.of([shard.num_rows], 0, self.spec.batch_size)
+        return training.ValidationPass(self.steps, self.spec, shard, plan,
+                                       self.callbacks).run()
 
 
 def evaluate_checkpoints(spec: training.TrainSpec, ctx) -> dict:
@@ -41,7 +42,7 @@ def evaluate_checkpoints(spec: training.TrainSpec, ctx) -> dict:
     if shard is None or not shard.num_rows:
         raise ValueError("The evaluator received no validation rows. Set validationFraction "
                          "or validationCol so that some rows are held out.")
-    model = training.build_model(spec)
+    model = training.build_model(spec, ctx.feedSpec)
     validate = Validator(model, spec)
     history: dict[str, list] = collections.defaultdict(list)
     done = 0

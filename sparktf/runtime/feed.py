@@ -220,16 +220,31 @@ def _column_view(arr: pa.Array) -> np.ndarray:
     return arr.to_numpy(zero_copy_only=True)
 
 
-def step_batches(shard: Shard, steps: int, columns: Sequence[str] | None = None,
-                 seed: int | None = None) -> Iterator[dict[str, np.ndarray]]:
-    """Exactly ``steps`` batches that together hold every row of the shard once.
+def step_rows(all_rows: Sequence[int], global_batch: int) -> np.ndarray:
+    """Rows each worker feeds at each step of an epoch: an int array [workers, steps].
 
-    Batch sizes differ by at most one row, so a small shard gives small batches
-    rather than fewer steps: every worker runs the same number of steps whatever
-    its share of the data. With a ``seed`` the chunk order and the rows within
-    each chunk are shuffled.
+    Steps are ``ceil(total / global_batch)``, the number Keras's ``fit`` takes. After
+    step k a worker with n of the N rows has used ``round(k * global_batch * n / N)``
+    (at most n): one worker gets Keras's own batches (full ones, then the rest), and
+    several workers share each step's global batch in proportion to their rows, so
+    all of them run the same number of steps and use every row once.
     """
-    sizes = split_sizes(shard.num_rows, steps)
+    rows = np.asarray(all_rows, dtype=np.int64)
+    total = int(rows.sum())
+    steps = max(1, -(-total // global_batch))
+    k = np.arange(steps + 1, dtype=np.int64)[None, :]
+    used = (2 * k * global_batch * rows[:, None] + total) // max(2 * total, 1)
+    return np.diff(np.minimum(used, rows[:, None]), axis=1)
+
+
+def step_batches(shard: Shard, sizes: Sequence[int], columns: Sequence[str] | None = None,
+                 seed: int | None = None) -> Iterator[dict[str, np.ndarray]]:
+    """Batches of the given ``sizes`` that together hold every row of the shard once.
+
+    ``sizes`` come from ``step_rows``: every worker runs the same number of steps
+    whatever its share of the data, a small shard giving small (even empty) batches.
+    With a ``seed`` the chunk order and the rows within each chunk are shuffled.
+    """
     chunks = shuffled_chunks(shard, columns, seed)
     pending: list[dict[str, np.ndarray]] = []
     held = 0
@@ -293,14 +308,6 @@ def shuffled_chunks(shard: Shard, columns: Sequence[str] | None = None,
     for chunk in read_chunks(shard, columns, rng.permutation(num_chunks(shard))):
         rows = rng.permutation(len(next(iter(chunk.values()))))
         yield {name: values[rows] for name, values in chunk.items()}
-
-
-def split_sizes(rows: int, steps: int) -> list[int]:
-    """``rows`` split into ``steps`` sizes that differ by at most one, largest first."""
-    if steps < 1:
-        raise ValueError(f"steps must be >= 1. Received: steps={steps}")
-    base, extra = divmod(rows, steps)
-    return [base + 1] * extra + [base] * (steps - extra)
 
 
 def parquet_batches(uri: str, rank: int, num_workers: int, batch_rows: int = 10_000,

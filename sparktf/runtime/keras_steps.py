@@ -1,10 +1,10 @@
-"""The distributed train and eval steps over a user's compiled Keras 3 model.
+"""A compiled Keras 3 model's own steps, run the way Keras's ``fit`` runs them.
 
-Keras 3's own ``fit`` fails under ``MultiWorkerMirroredStrategy`` (PerReplica
-values reach code that expects tensors), so the steps here call the compiled
-model's own pieces (``compute_loss``, its optimizer, ``compute_metrics``) inside
-``strategy.run``. The optimizer sums gradients across replicas, so each
-replica's mean loss is weighted by its share of the global batch.
+Keras 3's own ``fit`` fails under ``MultiWorkerMirroredStrategy`` (its log
+reduction hands PerReplica values to code that expects tensors), so sparktf
+drives the epochs and runs the model's own ``train_step`` / ``test_step`` inside
+``strategy.run`` (``KerasSteps``). Also here: how feature columns become model
+inputs, and the checks made before the first step.
 """
 
 from __future__ import annotations
@@ -95,50 +95,140 @@ def check_input_widths(arrays: Sequence[np.ndarray], specs, columns: Sequence[st
                              "Check the feature column or the model's input shape.")
 
 
-def _loss(model, x, y, y_pred, training: bool):
+def build(model, template) -> None:
+    """Creates the model's, its compiled metrics' and loss's, and its optimizer's
+    variables from the shapes of ``template`` (a batch ``(x, y[, sample_weight])`` of
+    numpy arrays), under the current strategy scope, as Keras's ``fit`` does before
+    its first step; subclassed models get their variables here."""
+    import keras
     import tensorflow as tf
 
-    # reduce_sum: an empty batch yields an empty loss tensor; its sum is 0
-    return tf.reduce_sum(model.compute_loss(x=x, y=y, y_pred=y_pred, training=training))
+    def symbolic(array):
+        return keras.KerasTensor((None, *array.shape[1:]), dtype=str(array.dtype))
+
+    model._symbolic_build(data_batch=tf.nest.map_structure(symbolic, template))
 
 
-def train_on_batch(model, x, y, weight=1.0):
-    """One replica's step (inside ``strategy.run``): applies the gradients of
-    ``weight * loss``, updates the metrics, returns the unweighted mean loss."""
-    import tensorflow as tf
-
-    with tf.GradientTape() as tape:
-        y_pred = model(x, training=True)
-        loss = _loss(model, x, y, y_pred, True)
-        scaled = loss * weight
-    grads = tape.gradient(scaled, model.trainable_variables)
-    model.optimizer.apply_gradients(zip(grads, model.trainable_variables))
-    model.compute_metrics(x, y, y_pred, sample_weight=None)
-    return loss
+def step_data(x, y, sample_weight=None) -> tuple:
+    """What ``train_step``/``test_step`` receive, as Keras's data adapters give it:
+    ``(x, y)``, or ``(x, y, sample_weight)`` when rows are weighted; several inputs as
+    a tuple."""
+    x = tuple(x) if isinstance(x, list) else x
+    return (x, y) if sample_weight is None else (x, y, sample_weight)
 
 
-def make_steps(strategy, model):
-    """(train_step, eval_step) as tf.functions; each returns the local mean loss."""
-    import tensorflow as tf
+def overrides(callbacks, hooks: Sequence[str]) -> bool:
+    """Whether any of ``callbacks`` implements one of the ``hooks`` (Callback method names)."""
+    import keras
 
-    @tf.function(reduce_retracing=True)
-    def train_step(x, y, weight):
-        return strategy.run(lambda x, y, w: train_on_batch(model, x, y, w), args=(x, y, weight))
-
-    @tf.function(reduce_retracing=True)
-    def eval_step(x, y):
-        def replica(x, y):
-            y_pred = model(x, training=False)
-            model.compute_metrics(x, y, y_pred, sample_weight=None)
-            return _loss(model, x, y, y_pred, False)
-        return strategy.run(replica, args=(x, y))
-
-    return train_step, eval_step
+    base = keras.callbacks.Callback
+    return any(getattr(type(cb), hook, None) is not getattr(base, hook)
+               for cb in callbacks for hook in hooks)
 
 
-def local_value(strategy, per_replica) -> float:
-    """This worker's value of a per-replica result (one replica per worker)."""
-    return float(strategy.experimental_local_results(per_replica)[0])
+TRAIN_BATCH_HOOKS = ("on_train_batch_begin", "on_train_batch_end", "on_batch_begin",
+                     "on_batch_end")
+TEST_BATCH_HOOKS = ("on_test_batch_begin", "on_test_batch_end")
+
+
+class KerasSteps:
+    """The compiled model's own ``train_step`` and ``test_step`` inside ``strategy.run``,
+    as Keras's TensorFlow trainer runs them (``make_train_function``).
+
+    Keras divides each replica's loss by ``num_replicas_in_sync`` and the optimizer
+    sums the replicas' gradients: with equal shares of the global batch, that is the
+    gradient of the global mean loss. Shares differ (uneven partitions), so each
+    replica's loss is multiplied by ``factor`` = replicas x its rows / the step's
+    global rows where Keras scales a loss for the optimizer (``optimizer.scale_loss``,
+    after the loss tracker has seen the loss and where a ``LossScaleOptimizer`` applies
+    its scale): the update is then the one for the mean loss over the step's global
+    batch, and the loss tracker and metrics see exactly what Keras gives them.
+    A ``train_step`` override that never calls ``scale_loss`` trains as under Keras's
+    own ``fit`` with a ``MirroredStrategy``: exact when the shares are equal.
+    """
+
+    def __init__(self, strategy, model):
+        self.strategy, self.model = strategy, model
+        self._functions: dict = {}
+
+    def train(self, data, factor: float, reduce: bool) -> dict:
+        """One training step on this worker's part of the global batch; returns the step's
+        logs, averaged over all replicas if ``reduce`` (a collective), else this replica's."""
+        fn = self._function("train", reduce)
+        return fn(data, np.asarray(factor, np.float32))
+
+    def test(self, data, reduce: bool) -> dict:
+        """One evaluation step (``test_step``); logs as for ``train``."""
+        return self._function("test", reduce)(data)
+
+    def epoch_logs(self, last_logs) -> dict[str, float]:
+        """What Keras's ``fit`` reports after an epoch (``_get_metrics_result_or_logs``):
+        the compiled metrics over all workers, or a custom step's own last logs."""
+        metrics = _scalars(self.model.get_metrics_result())
+        if isinstance(last_logs, dict) and set(last_logs) == set(metrics):
+            return metrics
+        return _scalars(last_logs)
+
+    def any_worker(self, flag: bool) -> bool:
+        """Whether ``flag`` is true on any worker (a collective every worker joins)."""
+        return bool(all_sum(self.strategy, [float(flag)])[0] > 0)
+
+    def _function(self, kind: str, reduce: bool):
+        key = (kind, reduce)
+        if key not in self._functions:
+            self._functions[key] = self._compile(kind, reduce)
+        return self._functions[key]
+
+    def _compile(self, kind: str, reduce: bool):
+        import tensorflow as tf
+
+        strategy, model = self.strategy, self.model
+
+        def train_replica(data, factor):
+            with _loss_scaled(model.optimizer, factor):
+                return model.train_step(data)
+
+        replica = train_replica if kind == "train" else model.test_step
+
+        # Not jit-compiled: the step holds the cross-worker gradient all-reduce.
+        @tf.function(reduce_retracing=True)
+        def step(*args):
+            outputs = strategy.run(replica, args=args)
+            return tf.nest.map_structure(
+                lambda v: (strategy.reduce("MEAN", v, axis=None) if reduce
+                           else strategy.experimental_local_results(v)[0]), outputs)
+
+        return step
+
+
+class _loss_scaled:
+    """Within: ``optimizer.scale_loss`` also multiplies by ``factor`` (while a step traces)."""
+
+    def __init__(self, optimizer, factor):
+        self.optimizer, self.factor = optimizer, factor
+
+    def __enter__(self):
+        import tensorflow as tf
+
+        scale_loss, factor = self.optimizer.scale_loss, self.factor
+        self.own = vars(self.optimizer).get("scale_loss")
+        self.optimizer.scale_loss = lambda loss: scale_loss(loss) * tf.cast(factor, loss.dtype)
+
+    def __exit__(self, *exc):
+        if self.own is None:
+            del self.optimizer.scale_loss
+        else:
+            self.optimizer.scale_loss = self.own
+
+
+def _scalars(logs) -> dict[str, float]:
+    """Log values as Python floats (Keras's ``pythonify_logs``), scalars only."""
+    out = {}
+    for name, value in sorted((logs or {}).items()):
+        value = np.asarray(value)
+        if value.ndim == 0:
+            out[name] = float(value)
+    return out
 
 
 def all_sum(strategy, values: Sequence[float]) -> np.ndarray:
@@ -156,15 +246,9 @@ def replicas_per_worker(strategy) -> int:
 
 
 def metric_results(model, prefix: str = "") -> dict[str, float]:
-    """The compiled metrics, aggregated over all workers (their variables sync on read)."""
-    logs = {}
-    for name, value in model.get_metrics_result().items():
-        if name == "loss":  # Keras' own loss tracker is not fed by compute_loss
-            continue
-        value = np.asarray(value)
-        if value.ndim == 0:
-            logs[prefix + name] = float(value)
-    return logs
+    """The model's metrics (the loss tracker included) as Python floats, ``prefix``ed;
+    under a strategy, aggregated over all workers (their variables sync on read)."""
+    return {prefix + k: v for k, v in _scalars(model.get_metrics_result()).items()}
 
 
 def prediction_kind(model) -> tuple[str, bool]:

@@ -94,7 +94,7 @@ class _Chief(training.EpochRunner):
         self.strategy = tf.distribute.ParameterServerStrategy(
             tf.distribute.cluster_resolver.TFConfigClusterResolver())
         with self.strategy.scope():
-            model = training.build_model(spec)
+            model = training.build_model(spec, ctx.feedSpec)
         if tf_keras_fit.is_tf_keras(model):
             raise TypeError("Parameter-server training (numPs > 0) runs Keras 3 models; this "
                             "modelFn returned a tf_keras model. Use numPs=0, or build the "
@@ -107,7 +107,8 @@ class _Chief(training.EpochRunner):
                       else (ctx.feedSpec[n][1],)) for n in spec.columns]
         # the width check the all-reduce loop makes on its first batch, before any step
         keras_steps.check_input_widths([np.empty((0, *shape), dtype) for dtype, shape
-                                        in self.rows[:-1]], self.specs, spec.feature_columns)
+                                        in self.rows[:len(spec.feature_columns)]], self.specs,
+                                       spec.feature_columns)
         self.coordinator = tf.distribute.coordinator.ClusterCoordinator(self.strategy)
         self.iterator = self.train_step = None
         self.validator = evaluation.Validator(model, spec) if self.validates() else None
@@ -121,19 +122,18 @@ class _Chief(training.EpochRunner):
         return training.chief_result(self._plain_copy(), self.spec, self.ctx, history)
 
     def train_epoch(self, epoch: int) -> dict[str, float]:
-        self.model.reset_metrics()
-        losses = []
+        results = []
         for start in range(0, self.steps, STEPS_PER_JOIN):
             self.beat("training", epoch + 1, start)
-            losses += [self.coordinator.schedule(self.train_step, args=(self.iterator,))
-                       for _ in range(start, min(start + STEPS_PER_JOIN, self.steps))]
+            results += [self.coordinator.schedule(self.train_step, args=(self.iterator,))
+                        for _ in range(start, min(start + STEPS_PER_JOIN, self.steps))]
             self.coordinator.join()  # raises the first error of a scheduled step
-        values = [loss.fetch() for loss in losses]
-        for step, value in enumerate(values):
-            self.summaries.write_step(epoch * self.steps + step + 1, value)
-        self.rows_trained = self.steps * self.spec.batch_size
-        return {"loss": float(np.mean(values)),
-                **keras_steps.metric_results(self.model)}
+        if self.spec.summary_steps:
+            for step, logs in enumerate(results):
+                self.summaries.write_step(epoch * self.steps + step + 1,
+                                          logs.fetch().get("loss"))
+        self.rows_trained = sum(self.ctx.allNumRows)
+        return keras_steps.metric_results(self.model)
 
     def validates(self) -> bool:
         return self.spec.validates_in_loop and self.ctx.validationShard is not None
@@ -142,22 +142,26 @@ class _Chief(training.EpochRunner):
         return self.validator(self.ctx.validationShard)
 
     def _train_step(self):
+        """The model's own ``train_step`` on one worker's next batch (Keras's step; one
+        worker's batch is the whole batch of an asynchronous step, so nothing is scaled)."""
         import tensorflow as tf
 
         model, strategy = self.model, self.strategy
 
         @tf.function
         def train_step(iterator):
-            x, y = next(iterator)
-            return strategy.run(lambda x, y: keras_steps.train_on_batch(model, x, y),
-                                args=(x, y))
+            return strategy.run(model.train_step, args=(next(iterator),))
         return train_step
 
     def _dataset_fn(self):
         """Built on the chief, run by TensorFlow on each worker over that worker's file."""
         import tensorflow as tf
 
-        rows, specs = self.rows, self.specs
+        rows, specs, spec = self.rows, self.specs, self.spec
+        features = len(spec.feature_columns)
+        class_table = (tf.constant(training.class_weights(
+            np.arange(max(spec.class_weight) + 1), spec.class_weight))
+            if spec.class_weight else None)
 
         def parse(record):
             parts = tf.io.parse_tensor(record, tf.string)
@@ -166,19 +170,24 @@ class _Chief(training.EpochRunner):
                          for i, (dtype, shape) in enumerate(rows))
 
         def to_model(*columns):
-            features = [_shape_input(c, rows[i], specs[i] if i < len(specs) else (None, None))
-                        for i, c in enumerate(columns[:-1])]
-            return (features[0] if len(features) == 1 else tuple(features)), columns[-1]
+            x = tuple(_shape_input(c, rows[i], specs[i] if i < len(specs) else (None, None))
+                      for i, c in enumerate(columns[:features]))
+            x = x[0] if len(x) == 1 else x
+            y = columns[features]
+            if spec.weight_column:
+                return x, y, tf.cast(columns[features + 1], tf.float32)
+            if class_table is not None:
+                return x, y, _class_weights(y, class_table)
+            return x, y
 
         ds = tf.data.TFRecordDataset(SHARD_FILE).map(parse).unbatch()
-        if self.spec.shuffle:
-            ds = ds.shuffle(SHUFFLE_ROWS, seed=self.spec.seed, reshuffle_each_iteration=True)
-        return ds.repeat().batch(self.spec.batch_size).map(to_model).prefetch(
-            tf.data.AUTOTUNE)
+        if spec.shuffle:
+            ds = ds.shuffle(SHUFFLE_ROWS, seed=spec.seed, reshuffle_each_iteration=True)
+        return ds.repeat().batch(spec.batch_size).map(to_model).prefetch(tf.data.AUTOTUNE)
 
     def _plain_copy(self):
         """The trained model outside the strategy (its variables on the parameter servers)."""
-        plain = training.build_model(self.spec)
+        plain = training.build_model(self.spec, self.ctx.feedSpec)
         plain.set_weights(self.model.get_weights())
         return plain
 
@@ -196,3 +205,16 @@ def _shape_input(column, row, spec):
         column = tf.cast(column, cast)
     return column
 
+
+
+def _class_weights(labels, table):
+    """``training.class_weights`` in the graph: ``table[class]``, 1 outside it."""
+    import tensorflow as tf
+
+    classes = labels
+    if labels.shape.rank > 1:
+        classes = (tf.argmax(labels, -1) if labels.shape[-1] != 1 else labels[..., 0])
+    classes = tf.cast(tf.round(tf.cast(classes, tf.float32)), tf.int32)
+    inside = (classes >= 0) & (classes < tf.shape(table)[0])
+    return tf.where(inside, tf.gather(table, tf.clip_by_value(classes, 0, tf.shape(table)[0] - 1)),
+                    tf.ones_like(classes, tf.float32))

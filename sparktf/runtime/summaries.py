@@ -55,9 +55,9 @@ class EpochSummaries:
         if self._local:
             storage.put_dir(self._local, self._target)
 
-    def write_step(self, step: int, loss: float) -> None:
+    def write_step(self, step: int, loss) -> None:
         """Records the training loss at global ``step`` (1-based) if it is one to log."""
-        if self._writers and self._every and step % self._every == 0:
+        if loss is not None and self._writers and self._every and step % self._every == 0:
             self._scalar("train", "batch_loss", step, float(loss))
 
     def _scalar(self, split: str, tag: str, step: int, value: float) -> None:

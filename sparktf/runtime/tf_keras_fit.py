@@ -26,23 +26,19 @@ def check_compiled(model) -> None:
                         "model.compile(optimizer=..., loss=...) in modelFn before returning it.")
 
 
-def _dataset(strategy, shard, steps, spec, specs, shuffle: bool):
-    """A distributed dataset yielding this worker's ``steps`` batches per epoch, forever."""
+def _dataset(strategy, shard, sizes, spec, specs, shuffle: bool):
+    """A distributed dataset yielding this worker's batches of ``sizes`` rows per epoch,
+    forever, as ``(x, y[, sample_weight])``."""
     import tensorflow as tf
 
     def epoch_batches():
         for epoch in itertools.count():
-            for features, label in spec.batches(shard, steps, epoch if shuffle else None):
-                x = keras_steps.to_model_inputs(features, specs)
-                yield (tuple(x) if isinstance(x, list) else x), label
-
-    sample_x, sample_y = next(epoch_batches())
+            yield from spec.batches(shard, sizes, epoch if shuffle else None, specs)
 
     def spec_of(a):
         return tf.TensorSpec((None,) + a.shape[1:], tf.as_dtype(a.dtype))
 
-    signature = (tuple(spec_of(a) for a in sample_x) if isinstance(sample_x, tuple)
-                 else spec_of(sample_x), spec_of(sample_y))
+    signature = tf.nest.map_structure(spec_of, next(epoch_batches()))
 
     def make(_input_context):
         return tf.data.Dataset.from_generator(epoch_batches, output_signature=signature) \
@@ -51,10 +47,13 @@ def _dataset(strategy, shard, steps, spec, specs, shuffle: bool):
     return strategy.distribute_datasets_from_function(make)
 
 
-def fit(spec, ctx, strategy, model, first_epoch: int, history: dict, steps: int,
-        val_steps: int) -> dict:
-    """Runs tf_keras' own fit from ``first_epoch``; returns the complete history."""
+def fit(spec, ctx, strategy, model, first_epoch: int, history: dict, plan,
+        val_plan=None) -> dict:
+    """Runs tf_keras' own fit from ``first_epoch`` over the steps of ``plan`` (and
+    ``val_plan``, both ``training.StepPlan``); returns the complete history."""
     import tf_keras
+
+    steps = plan.steps
 
     specs = keras_steps.input_specs(model)
 
@@ -94,10 +93,11 @@ def fit(spec, ctx, strategy, model, first_epoch: int, history: dict, steps: int,
                                  time.monotonic() - self.started)
 
     hooks = SparktfHooks()
-    validation = (_dataset(strategy, ctx.validationShard, val_steps, spec, specs, False)
-                  if val_steps else None)
-    model.fit(_dataset(strategy, ctx.shard, steps, spec, specs, spec.shuffle),
+    validation = (_dataset(strategy, ctx.validationShard, val_plan.sizes, spec, specs, False)
+                  if val_plan is not None else None)
+    model.fit(_dataset(strategy, ctx.shard, plan.sizes, spec, specs, spec.shuffle),
               epochs=spec.epochs, initial_epoch=first_epoch, steps_per_epoch=steps,
-              validation_data=validation, validation_steps=val_steps or None,
+              validation_data=validation,
+              validation_steps=val_plan.steps if val_plan is not None else None,
               callbacks=[*spec.callbacks, hooks], verbose=0)
     return hooks.history

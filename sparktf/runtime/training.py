@@ -43,6 +43,8 @@ class TrainSpec:
     callbacks: tuple = ()
     evaluator: bool = False  # an evaluator side-car validates instead of the workers
     summary_steps: int = 0  # also log the training loss every this many steps (0: never)
+    weight_column: str | None = None  # Keras's sample_weight, for training and validation
+    class_weight: dict | None = None  # Keras's class_weight: class index -> weight
 
     @property
     def validates_in_loop(self) -> bool:
@@ -50,28 +52,87 @@ class TrainSpec:
 
     @property
     def columns(self) -> list[str]:
-        """The columns a task reads: the features, then the label."""
-        return [*self.feature_columns, self.label_column]
+        """The columns a task reads: the features, the label, then the weight if any."""
+        return [*self.feature_columns, self.label_column,
+                *([self.weight_column] if self.weight_column else [])]
 
-    def batches(self, shard: feed.Shard, steps: int, epoch: int | None = None):
-        """(feature arrays, label array) of ``shard`` in ``steps`` batches: in order, or
-        with ``epoch`` and ``shuffle``, shuffled with that epoch's own seed."""
+    def batches(self, shard: feed.Shard, sizes, epoch: int | None = None, specs=()):
+        """``shard`` as step data for ``train_step``/``test_step``, one batch of each of
+        ``sizes`` rows: in order, or with ``epoch`` and ``shuffle``, shuffled with that
+        epoch's own seed. ``specs``: the model inputs' (shape, dtype), to shape features."""
         seed = (None if epoch is None or not self.shuffle
                 else (self.seed * 1_000_003 + epoch) % (2 ** 63))
-        for batch in feed.step_batches(shard, steps, self.columns, seed):
-            yield [batch[c] for c in self.feature_columns], batch[self.label_column]
+        for batch in feed.step_batches(shard, sizes, self.columns, seed):
+            yield self.step_data(batch, specs)
+
+    def step_data(self, batch: dict, specs=()) -> tuple:
+        """One batch of columns as ``(x, y[, sample_weight])``, as Keras's adapters give it."""
+        x = keras_steps.to_model_inputs([batch[c] for c in self.feature_columns], specs)
+        y = batch[self.label_column]
+        weight = None
+        if self.weight_column:
+            weight = batch[self.weight_column].astype(np.float32)
+        elif self.class_weight:
+            weight = class_weights(y, self.class_weight)
+        return keras_steps.step_data(x, y, weight)
+
+    def template(self, feed_spec: dict, specs=()) -> tuple:
+        """A zero-row batch with the columns' shapes and dtypes (``ctx.feedSpec``): what
+        builds the model's variables before any row is read."""
+        batch = {name: np.zeros((0, width) if width else (0,), dtype=np.dtype(dtype))
+                 for name, (dtype, width) in feed_spec.items()}
+        return self.step_data(batch, specs)
+
+
+def class_weights(labels: np.ndarray, class_weight: dict) -> np.ndarray:
+    """Keras's ``class_weight`` as per-row weights (its ``class_weight_to_sample_weights``):
+    the class is the rounded label, or the arg-max of a one-hot row; unlisted classes 1."""
+    classes = labels
+    if classes.ndim > 1:
+        classes = classes.argmax(-1) if classes.shape[-1] != 1 else classes[..., 0]
+    classes = np.round(classes).astype(np.int64)
+    table = np.ones(max(class_weight) + 2, dtype=np.float32)
+    for key, value in class_weight.items():
+        table[int(key)] = value
+    inside = (classes >= 0) & (classes <= max(class_weight))
+    return np.where(inside, table[np.clip(classes, 0, len(table) - 1)], 1.0).astype(np.float32)
+
+
+@dataclasses.dataclass(frozen=True)
+class StepPlan:
+    """One pass over rows spread over workers: how many each feeds at every step."""
+
+    rows: np.ndarray  # [workers, steps], from feed.step_rows
+    rank: int
+
+    @classmethod
+    def of(cls, all_rows: Sequence[int], rank: int, global_batch: int) -> "StepPlan":
+        return cls(feed.step_rows(all_rows, global_batch), rank)
+
+    @property
+    def steps(self) -> int:
+        return self.rows.shape[1]
+
+    @property
+    def sizes(self) -> list[int]:
+        """This worker's batch size at each step."""
+        return [int(n) for n in self.rows[self.rank]]
+
+    @property
+    def total_rows(self) -> int:
+        return int(self.rows.sum())
+
+    def factors(self, replicas_in_sync: int, local_replicas: int = 1) -> list[float]:
+        """Each step's loss factor for this worker's replicas (see ``KerasSteps``):
+        replicas x this replica's rows / the step's rows over every replica."""
+        step_rows = self.rows.sum(axis=0)
+        return [float(replicas_in_sync * mine / (local_replicas * total)) if total else 0.0
+                for mine, total in zip(self.rows[self.rank], step_rows)]
 
 
 def plan_steps(all_rows: Sequence[int], global_batch: int) -> int:
-    """Steps per epoch so that every row is used once at about ``global_batch`` rows a step."""
+    """Steps per epoch so that every row is used once at ``global_batch`` rows a step."""
     return max(1, math.ceil(sum(all_rows) / global_batch))
-
-
-def step_weights(all_rows: Sequence[int], rank: int, steps: int) -> list[float]:
-    """This worker's share of each step's global batch (its loss weight in that step)."""
-    mine = feed.split_sizes(all_rows[rank], steps)
-    totals = np.sum([feed.split_sizes(n, steps) for n in all_rows], axis=0)
-    return [m / t if t else 0.0 for m, t in zip(mine, totals)]
 
 
 def train_main(spec: TrainSpec, ctx) -> dict | None:
@@ -94,14 +155,16 @@ def _all_reduce(spec: TrainSpec, ctx) -> dict | None:
 
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     with strategy.scope():
-        model = build_model(spec)
+        model = build_model(spec, ctx.feedSpec)
     _check_labels(model, spec, ctx)
     first_epoch, history = resume(model, spec)
     if tf_keras_fit.is_tf_keras(model):  # Keras 2 models keep their own fit
+        workers = ctx.numWorkers
         history = tf_keras_fit.fit(
             spec, ctx, strategy, model, first_epoch, history,
-            plan_steps(ctx.allNumRows, spec.batch_size),
-            plan_steps(ctx.allValidationRows, spec.batch_size) if spec.validates_in_loop else 0)
+            StepPlan.of(ctx.allNumRows[:workers], ctx.rank, spec.batch_size),
+            StepPlan.of(ctx.allValidationRows[:workers], ctx.rank, spec.batch_size)
+            if spec.validates_in_loop else None)
     else:
         history = _EpochLoop(spec, ctx, strategy, model).fit(first_epoch, history)
     return chief_result(model, spec, ctx, history)
@@ -129,11 +192,16 @@ def chief_result(model, spec: TrainSpec, ctx, history: dict) -> dict | None:
             "prediction_kind": kind, "from_logits": from_logits}
 
 
-def build_model(spec: TrainSpec):
-    """The user's compiled model with its optimizer's variables (under the current scope)."""
+def build_model(spec: TrainSpec, feed_spec: dict):
+    """The user's compiled model with every variable created (under the current scope):
+    its layers', its metrics' and its optimizer's, as Keras's ``fit`` creates them."""
     model = spec.model_fn(dict(spec.hparams))
     keras_steps.check_compiled(model)
-    model.optimizer.build(model.trainable_variables)
+    if tf_keras_fit.is_tf_keras(model):
+        model.optimizer.build(model.trainable_variables)
+    else:
+        specs = keras_steps.input_specs(model)
+        keras_steps.build(model, spec.template(feed_spec, specs))
     return model
 
 
@@ -156,8 +224,9 @@ def _check_labels(model, spec: TrainSpec, ctx) -> None:
 
 
 class EpochRunner:
-    """The epochs of a fit: train, validate, callbacks, history, summaries, checkpoint,
-    progress. Subclasses say how one epoch trains (``train_epoch``) and validates."""
+    """The epochs of a fit, in the order of Keras's ``fit``: train, validate, callbacks,
+    history; plus sparktf's summaries, checkpoint and progress after each epoch.
+    Subclasses say how one epoch trains (``train_epoch``) and validates."""
 
     def __init__(self, spec: TrainSpec, ctx, model, steps: int, beat=None):
         self.spec, self.ctx, self.model, self.steps = spec, ctx, model, steps
@@ -176,12 +245,19 @@ class EpochRunner:
     def validate(self) -> dict[str, float]:
         return {}
 
+    def agree_to_stop(self) -> bool:
+        """Whether training stops now: ``model.stop_training`` as every worker sees it."""
+        return bool(getattr(self.model, "stop_training", False))
+
     def fit(self, first_epoch: int = 0, history: dict | None = None) -> dict[str, list[float]]:
         """Runs epochs ``first_epoch`` .. ``epochs - 1``, checkpointing after each one."""
         history = collections.defaultdict(list, {k: list(v) for k, v in (history or {}).items()})
+        self.model.stop_training = False
         self.callbacks.on_train_begin()
+        logs: dict = {}
         for epoch in range(first_epoch, self.spec.epochs):
             started = time.monotonic()
+            self.model.reset_metrics()
             self.callbacks.on_epoch_begin(epoch)
             logs = self.train_epoch(epoch)
             if self.validates():
@@ -197,73 +273,110 @@ class EpochRunner:
                             self.ctx.isChief)
             signals.report_epoch(self.ctx, epoch + 1, self.spec.epochs, logs, self.rows_trained,
                                  time.monotonic() - started)
-            if getattr(self.model, "stop_training", False):
+            if self.agree_to_stop():
                 break
-        self.callbacks.on_train_end(dict((k, v[-1]) for k, v in history.items()))
+        _finalize(self.model)
+        self.callbacks.on_train_end(logs)
         self.summaries.close()
         return dict(history)
+
+
+def _finalize(model) -> None:
+    """What Keras's ``fit`` does after the last epoch: e.g. an EMA optimizer's averages
+    become the weights."""
+    import keras
+
+    if isinstance(model.optimizer, keras.optimizers.Optimizer):
+        model.optimizer.finalize_variable_values(model.trainable_weights)
 
 
 class _EpochLoop(EpochRunner):
     """All-reduce epochs: every worker steps through its own shard in lockstep."""
 
     def __init__(self, spec: TrainSpec, ctx, strategy, model):
-        super().__init__(spec, ctx, model, plan_steps(ctx.allNumRows, spec.batch_size))
+        workers = ctx.allNumRows[:ctx.numWorkers]  # workers take the first ranks
+        self.plan = StepPlan.of(workers, ctx.rank, spec.batch_size)
+        super().__init__(spec, ctx, model, self.plan.steps)
         self.strategy = strategy
         self.specs = keras_steps.input_specs(model)
-        self.train_step, self.eval_step = keras_steps.make_steps(strategy, model)
-        replicas = keras_steps.replicas_per_worker(strategy)
-        self.weights = [w / replicas for w in step_weights(ctx.allNumRows, ctx.rank,
-                                                           self.steps)]
-        self.val_steps = (plan_steps(ctx.allValidationRows, spec.batch_size)
-                          if spec.validates_in_loop else 0)
+        self.steps_fn = keras_steps.KerasSteps(strategy, model)
+        self.factors = self.plan.factors(strategy.num_replicas_in_sync,
+                                         keras_steps.replicas_per_worker(strategy))
+        # batch logs are averaged over the workers (a collective) only when a callback
+        # or the step summaries read them; each epoch's last step always is (custom logs)
+        self.batch_logs = (keras_steps.overrides(spec.callbacks, keras_steps.TRAIN_BATCH_HOOKS)
+                           or bool(spec.summary_steps))
+        self.validation = (ValidationPass(self.steps_fn, spec, ctx.validationShard,
+                                          StepPlan.of(ctx.allValidationRows[:ctx.numWorkers],
+                                                      ctx.rank, spec.batch_size),
+                                          self.callbacks)
+                           if spec.validates_in_loop else None)
 
     def validates(self) -> bool:
-        return bool(self.val_steps)
+        return self.validation is not None
 
     def train_epoch(self, epoch: int) -> dict[str, float]:
-        import tensorflow as tf
-
-        self.model.reset_metrics()
-        loss_sum, rows = 0.0, 0
-        for step, (features, label) in enumerate(self.spec.batches(self.ctx.shard, self.steps,
-                                                                   epoch)):
+        logs: dict = {}
+        hooks = self.batch_logs
+        for step, data in enumerate(self.spec.batches(self.ctx.shard, self.plan.sizes, epoch,
+                                                      self.specs)):
             if step == 0 and epoch == 0:
-                keras_steps.check_input_widths(features, self.specs, self.spec.feature_columns)
+                keras_steps.check_input_widths(list(_features(data)), self.specs,
+                                               self.spec.feature_columns)
             self.beat("training", epoch + 1, step, force=step == 0)
-            self.callbacks.on_train_batch_begin(step)
-            x = keras_steps.to_model_inputs(features, self.specs)
-            out = self.train_step(x, label, tf.constant(self.weights[step], tf.float32))
-            n = len(label)
-            loss = keras_steps.local_value(self.strategy, out)
-            self.summaries.write_step(epoch * self.steps + step + 1, loss)
-            loss_sum += loss * n
-            rows += n
-            self.callbacks.on_train_batch_end(step)
-        self.beat("all-reduce", epoch + 1)
-        total_loss, total_rows = keras_steps.all_sum(self.strategy, [loss_sum, rows])
-        self.rows_trained = int(total_rows)
-        return {"loss": float(total_loss / max(total_rows, 1)),
-                **keras_steps.metric_results(self.model)}
+            if hooks:
+                self.callbacks.on_train_batch_begin(step)
+            logs = self.steps_fn.train(data, self.factors[step],
+                                       reduce=hooks or step == self.steps - 1)
+            if hooks:
+                self.callbacks.on_train_batch_end(step, logs)
+                self.summaries.write_step(epoch * self.steps + step + 1, logs.get("loss"))
+                if self.steps_fn.any_worker(self.model.stop_training):
+                    self.model.stop_training = True
+                    break
+        self.rows_trained = self.plan.total_rows
+        return self.steps_fn.epoch_logs(logs)
 
     def validate(self) -> dict[str, float]:
-        return validation_logs(self.strategy, self.model, self.eval_step, self.spec,
-                               self.ctx.validationShard, self.val_steps, across_workers=True)
+        return self.validation.run()
+
+    def agree_to_stop(self) -> bool:
+        stop = self.steps_fn.any_worker(getattr(self.model, "stop_training", False))
+        self.model.stop_training = stop
+        return stop
 
 
-def validation_logs(strategy, model, eval_step, spec: TrainSpec, shard: feed.Shard,
-                    steps: int, across_workers: bool) -> dict[str, float]:
-    """``val_loss`` and the ``val_`` metrics of ``model`` on ``shard`` in ``steps`` batches;
-    ``across_workers``: summed over every worker of ``strategy`` (all of them call this)."""
-    specs = keras_steps.input_specs(model)
-    model.reset_metrics()
-    sums = np.zeros(2)  # loss x rows, rows
-    for features, label in spec.batches(shard, steps):
-        out = eval_step(keras_steps.to_model_inputs(features, specs), label)
-        sums += (keras_steps.local_value(strategy, out) * len(label), len(label))
-    loss_sum, rows = keras_steps.all_sum(strategy, sums) if across_workers else sums
-    return {"val_loss": float(loss_sum / max(rows, 1)),
-            **keras_steps.metric_results(model, prefix="val_")}
+def _features(data: tuple) -> tuple:
+    x = data[0]
+    return x if isinstance(x, tuple) else (x,)
+
+
+class ValidationPass:
+    """Keras's ``evaluate`` inside ``fit``: ``test_step`` over the validation rows, then
+    the metrics over every worker, ``val_`` prefixed."""
+
+    def __init__(self, steps_fn, spec: TrainSpec, shard: feed.Shard, plan: StepPlan,
+                 callbacks):
+        self.steps_fn, self.spec, self.shard, self.plan = steps_fn, spec, shard, plan
+        self.callbacks = callbacks
+        self.hooks = keras_steps.overrides(spec.callbacks, keras_steps.TEST_BATCH_HOOKS)
+        self.specs = keras_steps.input_specs(steps_fn.model)
+
+    def run(self) -> dict[str, float]:
+        model = self.steps_fn.model
+        model.reset_metrics()
+        self.callbacks.on_test_begin()
+        logs: dict = {}
+        for step, data in enumerate(self.spec.batches(self.shard, self.plan.sizes,
+                                                      specs=self.specs)):
+            if self.hooks:
+                self.callbacks.on_test_batch_begin(step)
+            logs = self.steps_fn.test(data, reduce=self.hooks or step == self.plan.steps - 1)
+            if self.hooks:
+                self.callbacks.on_test_batch_end(step, logs)
+        logs = self.steps_fn.epoch_logs(logs)
+        self.callbacks.on_test_end(logs)
+        return {f"val_{name}": value for name, value in logs.items()}
 
 
 def callback_list(callbacks, model, epochs: int, steps: int):

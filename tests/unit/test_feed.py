@@ -78,39 +78,52 @@ def test_spill_keeps_only_requested_columns_and_counts_rows(tmp_path):
 
 
 @pytest.mark.parametrize("seed", [None, 7])
-@pytest.mark.parametrize("steps", [1, 4, 7, 45])
-def test_step_batches_use_every_row_once_in_exactly_steps_batches(tmp_path, steps, seed):
+@pytest.mark.parametrize("sizes", [[40], [10, 10, 10, 10], [7, 7, 7, 7, 7, 5], [1] * 40])
+def test_step_batches_use_every_row_once_in_the_given_sizes(tmp_path, sizes, seed):
     shard, _ = feed.spill(_batches(4, 10), str(tmp_path / "s.arrow"), ["id", "f"])
-    batches = list(feed.step_batches(shard, steps, seed=seed))
-    assert len(batches) == steps
-    sizes = [len(b["id"]) for b in batches]
-    assert max(sizes) - min(sizes) <= 1
+    batches = list(feed.step_batches(shard, sizes, seed=seed))
+    assert [len(b["id"]) for b in batches] == sizes
     ids = np.concatenate([b["id"] for b in batches])
     assert sorted(ids.tolist()) == list(range(40))
     for b in batches:  # features stay aligned with their row
         np.testing.assert_array_equal(b["f"][:, 0], b["id"])
-    if seed is not None and steps > 1:
+    if seed is not None and len(sizes) > 1:
         assert ids.tolist() != sorted(ids.tolist())
 
 
-def test_more_steps_than_rows_gives_empty_batches_with_the_right_shape(tmp_path):
+def test_empty_steps_give_empty_batches_with_the_right_shape(tmp_path):
     shard, _ = feed.spill(_batches(1, 2), str(tmp_path / "s.arrow"), ["id", "f"])
-    batches = list(feed.step_batches(shard, 4))
-    assert [len(b["id"]) for b in batches] == [1, 1, 0, 0]
-    assert batches[-1]["f"].shape == (0, 3)
+    batches = list(feed.step_batches(shard, [1, 0, 1, 0]))
+    assert [len(b["id"]) for b in batches] == [1, 0, 1, 0]
+    assert batches[1]["f"].shape == (0, 3)
 
 
 def test_empty_partition_spills_a_readable_empty_shard(tmp_path):
     shard, _ = feed.spill(iter([]), str(tmp_path / "s.arrow"), ["id"])
     assert shard.num_rows == 0
-    assert [len(b["id"]) for b in feed.step_batches(shard, 2)] == [0, 0]
+    assert [len(b["id"]) for b in feed.step_batches(shard, [0, 0])] == [0, 0]
 
 
-def test_split_sizes():
-    assert feed.split_sizes(10, 4) == [3, 3, 2, 2]
-    assert sum(feed.split_sizes(1001, 17)) == 1001
-    with pytest.raises(ValueError):
-        feed.split_sizes(5, 0)
+@pytest.mark.parametrize("rows,batch", [(1000, 64), (600, 600), (7, 3), (64, 64), (65, 64)])
+def test_one_worker_steps_are_keras_batches(rows, batch):
+    """Keras's fit: full batches of batch_size, then the remainder."""
+    expected = [batch] * (rows // batch) + ([rows % batch] if rows % batch else [])
+    assert feed.step_rows([rows], batch).tolist() == [expected]
+
+
+@pytest.mark.parametrize("all_rows,batch", [([500, 100], 600), ([1000, 100], 64),
+                                            ([3, 997], 32), ([0, 50, 7], 8), ([9, 1], 2)])
+def test_workers_share_each_step_in_proportion_and_use_every_row_once(all_rows, batch):
+    plan = feed.step_rows(all_rows, batch)
+    total = sum(all_rows)
+    assert plan.shape == (len(all_rows), -(-total // batch))
+    assert plan.sum(axis=1).tolist() == list(all_rows)
+    assert (plan >= 0).all()
+    used = np.cumsum(plan, axis=1)  # never more than a row from its proportional share
+    ideal = np.minimum(np.arange(1, plan.shape[1] + 1)[None, :] * batch, total) * \
+        np.asarray(all_rows)[:, None] / total
+    assert np.abs(used - ideal).max() <= 0.5 + 1e-9
+    assert (plan.sum(axis=0)[:-1] >= batch - len(all_rows)).all()  # about batch rows a step
 
 
 def test_split_column_sends_flagged_rows_to_a_second_shard(tmp_path):

@@ -6,7 +6,8 @@ from pyspark.ml.param import Param, TypeConverters
 import sparktf
 from sparktf.ml import TFEstimator, TFModel
 
-NO_DEFAULT = {"inputCols", "validationCol", "modelDir", "modelPath", "taskCpus", "taskGpus"}
+NO_DEFAULT = {"inputCols", "validationCol", "modelDir", "modelPath", "taskCpus", "taskGpus",
+              "weightCol", "classWeight"}
 
 
 def build(hparams):
