@@ -180,11 +180,14 @@ def launch(spark, payload: bytes, *, num_workers: int, num_ps: int = 0, df=None,
 
 
 def _run_stage(spark, stage: _Stage, df, collector: "_EventCollector"):
-    """Runs the barrier stage, forming the cluster again if a port was taken."""
+    """Runs the barrier stage, forming the cluster again if a port was taken, and with a
+    shuffle before it if Spark cannot run a barrier stage on the input's own plan."""
     sc = spark.sparkContext
     host = sc.getConf().get("spark.driver.host", "127.0.0.1")
     frame = routing.input_frame(spark, df, stage.layout, stage.split_column)
-    for attempt in range(1, PORT_CONFLICT_RETRIES + 1):
+    attempt = 0
+    while True:
+        attempt += 1
         collector.reset()
         tag = f"sparktf-{uuid.uuid4().hex[:12]}"
         with EventServer(host, collector, stage.num_tasks) as server, \
@@ -197,6 +200,17 @@ def _run_stage(spark, stage: _Stage, df, collector: "_EventCollector"):
             except Exception as e:
                 if collector.stalled is not None:
                     raise _stall_error(stage, *collector.stalled) from e
+                if routing.is_barrier_chain_error(e) and not collector.errors:
+                    if frame is not df:  # already behind a shuffle: not a chain sparktf made
+                        raise SparkTFError(f"Spark refused {stage.what}'s barrier stage: "
+                                           f"{_first_line(str(e))}") from e
+                    logger.info("sparktf: Spark cannot run a barrier stage directly on this "
+                                "DataFrame's plan (a union, coalesce or similar); %s "
+                                "repartitions it into %d partitions first", stage.what,
+                                stage.num_tasks)
+                    frame = routing.shuffled(df, stage.num_tasks)
+                    attempt -= 1
+                    continue
                 failure = _translate(e, collector.errors, stage.what)
                 if not _is_port_conflict(failure):
                     raise failure from e
@@ -208,7 +222,6 @@ def _run_stage(spark, stage: _Stage, df, collector: "_EventCollector"):
                 logger.warning("sparktf: %s; forming the cluster again with new ports "
                                "(attempt %d of %d)", failure.message, attempt + 1,
                                PORT_CONFLICT_RETRIES)
-    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 def _is_port_conflict(failure: SparkTFError) -> bool:

@@ -14,10 +14,23 @@ def input_frame(spark, df, plan: cluster.Layout, split_column: str | None):
         return spark.range(0, plan.num_tasks, 1, plan.num_tasks)
     if plan.simple:
         if df.rdd.getNumPartitions() == plan.num_tasks:
-            return df
-        # A shuffle, not coalesce: barrier stages refuse RDD chains that change partition counts.
-        return df.repartition(plan.num_tasks)
+            return df  # tried as it is; see is_barrier_chain_error
+        return shuffled(df, plan.num_tasks)
     return _routed(spark, df, plan, split_column)
+
+
+def shuffled(df, num_tasks: int):
+    """``df`` in ``num_tasks`` partitions behind a shuffle: a plan any barrier stage accepts.
+
+    A shuffle, not coalesce: barrier stages refuse RDD chains that change partition counts.
+    """
+    return df.repartition(num_tasks)
+
+
+def is_barrier_chain_error(exc: BaseException) -> bool:
+    """Whether Spark refused to run a barrier stage on the input's RDD chain (a union of
+    coalesced frames, say), which it does before any task starts."""
+    return "BarrierJobUnsupportedRDDChainException" in str(exc)
 
 
 def _routed(spark, df, plan: cluster.Layout, split_column: str | None):

@@ -42,3 +42,20 @@ def wait_gone(pids, timeout: float = 30.0) -> list[int]:
         finally:
             os.close(fd)
     return alive
+
+
+# (model kind, workers, batch size, worst key, its relative difference): filled by
+# the Keras conformance tests, printed at the end of the run.
+CONFORMANCE: list[tuple] = []
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not CONFORMANCE:
+        return
+    write = terminalreporter.write_line
+    write("")
+    write("Keras conformance: TFEstimator.fit vs keras Model.fit on the same rows "
+          "(max relative difference over the history and predictions)")
+    write(f"{'model kind':40} {'workers':>7} {'batch':>6}  {'max rel diff':>12}  worst")
+    for name, workers, batch, key, diff in CONFORMANCE:
+        write(f"{name:40} {workers:>7} {batch:>6}  {diff:>12.2e}  {key}")

@@ -171,7 +171,17 @@ class KerasSteps:
 
     def any_worker(self, flag: bool) -> bool:
         """Whether ``flag`` is true on any worker (a collective every worker joins)."""
-        return bool(all_sum(self.strategy, [float(flag)])[0] > 0)
+        if "any" not in self._functions:
+            import tensorflow as tf
+
+            strategy = self.strategy
+
+            @tf.function
+            def total(value):
+                return strategy.reduce("SUM", strategy.run(tf.identity, args=(value,)),
+                                       axis=None)
+            self._functions["any"] = total
+        return bool(self._functions["any"](np.float32(flag)) > 0)
 
     def _function(self, kind: str, reduce: bool):
         key = (kind, reduce)
@@ -229,15 +239,6 @@ def _scalars(logs) -> dict[str, float]:
         if value.ndim == 0:
             out[name] = float(value)
     return out
-
-
-def all_sum(strategy, values: Sequence[float]) -> np.ndarray:
-    """Element-wise sum of ``values`` over all workers (one all-reduce)."""
-    import tensorflow as tf
-
-    local = tf.constant(np.asarray(values, dtype=np.float64))
-    reduced = strategy.reduce("SUM", strategy.run(lambda: tf.identity(local)), axis=None)
-    return reduced.numpy() / replicas_per_worker(strategy)
 
 
 def replicas_per_worker(strategy) -> int:

@@ -233,7 +233,9 @@ class EpochRunner:
         self.beat = beat or signals.Heartbeat(ctx)
         self.summaries = summaries.EpochSummaries(spec.model_dir, ctx.isChief,
                                                   spec.summary_steps)
-        self.callbacks = callback_list(spec.callbacks, model, spec.epochs, steps)
+        self.recorder = _EpochLogs()
+        self.callbacks = callback_list([*spec.callbacks, self.recorder], model, spec.epochs,
+                                       steps)
         self.rows_trained = 0  # in the last epoch, over all workers
 
     def train_epoch(self, epoch: int) -> dict[str, float]:
@@ -265,6 +267,7 @@ class EpochRunner:
                 logs.update(self.validate())
             self.beat("callbacks", epoch + 1)
             self.callbacks.on_epoch_end(epoch, logs)
+            logs = self.recorder.logs  # as the callbacks left them (e.g. + learning_rate)
             for key, value in logs.items():
                 history[key].append(value)
             self.summaries.write(epoch + 1, logs)
@@ -279,6 +282,22 @@ class EpochRunner:
         self.callbacks.on_train_end(logs)
         self.summaries.close()
         return dict(history)
+
+
+class _EpochLogs:
+    """Last in the callback list, like Keras's History: the epoch's logs as the other
+    callbacks left them (``CallbackList`` hands them a copy of the loop's logs)."""
+
+    def __new__(cls):
+        import keras
+
+        class EpochLogs(keras.callbacks.Callback):
+            logs: dict = {}
+
+            def on_epoch_end(self, epoch, logs=None):
+                self.logs = dict(logs or {})
+
+        return EpochLogs()
 
 
 def _finalize(model) -> None:
@@ -406,7 +425,15 @@ def _export(model, spec: TrainSpec, ctx) -> tuple[str, list[str]]:
         names = list(signature.structured_input_signature[1])
         if ctx.isChief:
             storage.put_dir(local, target)
-    return target, _order_inputs(names, [getattr(t, "name", "") for t in model.inputs])
+    return target, _order_inputs(names, _input_names(model))
+
+
+def _input_names(model) -> list[str]:
+    """The model's input names in order; none known for a subclassed model."""
+    try:
+        return [getattr(t, "name", "") for t in model.inputs or []]
+    except (AttributeError, ValueError):
+        return []
 
 
 def _order_inputs(signature_names: list[str], model_names: list[str]) -> list[str]:

@@ -149,3 +149,38 @@ def test_cpu_fallback_is_logged(spark, caplog):
     sparktf.run(spark, lambda a, c: None, numWorkers=1)
     assert any("runs on CPU: Spark schedules no GPUs" in r.getMessage()
                for r in caplog.records)
+
+
+@pytest.mark.parametrize("ddl,rows,kw,fragment", [
+    ("features array<double>, label double, w double", [([1.0, 2.0], 1.0, -1.0)],
+     {"weightCol": "w"}, "'w' has 1 negative, NaN or infinite"),
+    ("features array<double>, label double, w double", [([1.0, 2.0], 1.0, math.nan)],
+     {"weightCol": "w"}, "'w' has 1 negative, NaN or infinite"),
+    ("features array<double>, label double, w double", [([1.0, 2.0], 1.0, None)],
+     {"weightCol": "w"}, "Column 'w' has 1 null"),
+    ("features array<double>, label double, w string", [([1.0, 2.0], 1.0, "a")],
+     {"weightCol": "w"}, "'w' has type string"),
+    ("features array<double>, label double, w array<double>", [([1.0, 2.0], 1.0, [1.0])],
+     {"weightCol": "w"}, "must hold one number per row"),
+    ("features array<double>, label double, w double", [([1.0, 2.0], 1.0, 1.0)],
+     {"weightCol": "nope"}, "weight column 'nope' is not in the DataFrame"),
+    ("features array<double>, label double, w double", [([1.0, 2.0], 1.0, 1.0)],
+     {"weightCol": "w", "classWeight": {0: 1.0}}, "either weightCol or classWeight"),
+    ("features array<double>, label double", [([1.0, 2.0], 1.0)],
+     {"batchSize": 1}, "batchSize is the global batch"),
+])
+def test_bad_weights_are_refused_on_the_driver(spark, ddl, rows, kw, fragment):
+    df = spark.createDataFrame(rows, ddl)
+    with pytest.raises(sparktf.InvalidInputError, match=fragment):
+        _est(**kw).fit(df)
+
+
+@pytest.mark.parametrize("value,fragment", [
+    ({}, "non-empty dict"), ([1.0], "non-empty dict"), ({"a": 1.0}, "class indices"),
+    ({-1: 1.0}, "class indices"), ({0: -2.0}, "finite numbers >= 0"),
+    ({0: math.inf}, "finite numbers >= 0"), ({0.5: 1.0}, "class indices"),
+])
+def test_bad_class_weights_are_refused_when_set(value, fragment):
+    with pytest.raises(sparktf.InvalidInputError, match=fragment):
+        TFEstimator(classWeight=value)
+    assert TFEstimator(classWeight={"1": 2, 0: 0.5}).getClassWeight() == {1: 2.0, 0: 0.5}

@@ -1,0 +1,60 @@
+"""Any DataFrame trains: whatever chain of operations made it, the barrier stage runs.
+
+Spark refuses barrier stages over some RDD chains (a union of coalesced frames, a
+coalesce to the stage's own partition count) before any task starts; sparktf puts
+a shuffle before the stage and never reports that as a lost executor.
+"""
+
+import logging
+
+import pytest
+
+import sparktf
+from sparktf.ml import TFEstimator
+from tests.integration import data, models
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def _rows_per_task(args, ctx):
+    return ctx.numRows
+
+
+def _frames(spark, tmp_path):
+    base = spark.range(0, 120, 1, 4).selectExpr("cast(id as double) as x")
+    base.write.parquet(str(tmp_path / "scan"))  # 4 files: a file scan
+    return {
+        "union of coalesced": base.coalesce(1).union(base.coalesce(1)),
+        "coalesce to the task count": base.coalesce(2),
+        "limit": base.limit(60),
+        "sample": base.sample(0.5, seed=3),
+        "join": base.alias("l").join(base.alias("r"), "x"),
+        "file scan": spark.read.parquet(str(tmp_path / "scan")),
+    }
+
+
+def test_run_takes_a_dataframe_made_by_any_chain(spark, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="sparktf")
+    for name, df in _frames(spark, tmp_path).items():
+        for workers in (1, 2):
+            counts = sparktf.run(spark, _rows_per_task, None, numWorkers=workers, df=df)
+            assert sum(counts) == df.count(), (name, workers, counts)
+    assert "repartitions it into 2 partitions first" in caplog.text
+
+
+def _union_of_coalesced(spark):
+    X, y = data.linear_rows(300)
+    df = spark.createDataFrame(data.rows(X, y), "features array<double>, label double")
+    half = df.limit(150), df.subtract(df.limit(150))
+    return half[0].coalesce(1).union(half[1].coalesce(1))
+
+
+@pytest.mark.parametrize("workers,mode", [(1, "stream"), (2, "stream"), (2, "parquet")])
+def test_fit_trains_on_a_union_of_coalesced_frames(spark, tmp_path, workers, mode):
+    df = _union_of_coalesced(spark)
+    model = TFEstimator(modelFn=models.linear, numWorkers=workers, epochs=2, batchSize=32,
+                        learningRate=0.05, inputMode=mode,
+                        modelDir=str(tmp_path / "m")).fit(df)
+    history = model.getHistory()["loss"]
+    assert len(history) == 2 and history[1] < history[0]
+    assert model.transform(df).count() == 300
