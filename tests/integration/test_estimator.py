@@ -140,6 +140,47 @@ def test_callbacks_get_epoch_hooks_on_every_worker(spark, tmp_path):
         assert json.load(f)["loss"] == pytest.approx(history["loss"][2])
 
 
+class StopOnOneWorker(keras.callbacks.Callback):
+    """Asks to stop on worker 1 only: after epoch ``epoch`` (or its batch ``batch``)."""
+
+    def __init__(self, epoch, batch=None):
+        super().__init__()
+        self.epoch, self.batch = epoch, batch
+
+    def _mine(self):
+        return json.loads(os.environ["TF_CONFIG"])["task"]["index"] == 1
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.batch is None and epoch == self.epoch and self._mine():
+            self.model.stop_training = True
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.batch is not None and batch == self.batch and self._mine():
+            self.model.stop_training = True
+
+
+class RecordBatchLogs(keras.callbacks.Callback):
+    """Keeps every batch's logs (TerminateOnNaN-style callbacks read them)."""
+
+    seen: list = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        RecordBatchLogs.seen.append(dict(logs or {}))
+        assert set(logs) == {"loss", "mae"} and np.isfinite(logs["loss"]), logs
+
+
+@pytest.mark.parametrize("stop,epochs_run", [(StopOnOneWorker(1), 2),
+                                             (StopOnOneWorker(0, batch=2), 1)])
+def test_one_worker_asking_to_stop_stops_every_worker_at_the_same_point(spark, stop,
+                                                                        epochs_run):
+    X, y = data.linear_rows(400)
+    df = spark.createDataFrame(data.rows(X, y), "features array<double>, label double")
+    est = TFEstimator(modelFn=models.linear, numWorkers=2, epochs=6, batchSize=32,
+                      callbacks=[stop, RecordBatchLogs()], stallTimeout=120.0)
+    history = est.fit(df).getHistory()  # a worker left behind would stall: no timeout here
+    assert len(history["loss"]) == epochs_run
+
+
 def test_tf_keras_models_train_with_their_own_fit(spark, tmp_path):
     X, y = data.linear_rows(1200)
     df = spark.createDataFrame(data.rows(X, y), "features array<double>, label double")
