@@ -131,7 +131,10 @@ def test_full_batch_fit_equals_keras_fit(spark, case, workers):
     _check(spark, case, workers)
 
 
-@pytest.mark.parametrize("case", [conformance.CASES[0], conformance.CASES[8]],
-                         ids=["sequential", "sample weights + validation"])
+MINI_BATCH = [c for c in conformance.CASES if c.name in ("sequential",
+                                                         "sample weights + validation")]
+
+
+@pytest.mark.parametrize("case", MINI_BATCH, ids=[c.name for c in MINI_BATCH])
 def test_mini_batch_fit_on_one_worker_equals_keras_fit(spark, case):
     _check(spark, case, 1, batch_size=64)
