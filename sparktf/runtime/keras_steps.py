@@ -30,6 +30,15 @@ def check_compiled(model) -> None:
         raise TypeError("modelFn returned a keras.Model that is not compiled. Call "
                         "model.compile(optimizer=..., loss=..., metrics=[...]) in modelFn "
                         "before returning it.")
+    if getattr(model.optimizer, "gradient_accumulation_steps", None):
+        raise ValueError(
+            "The optimizer has gradient_accumulation_steps="
+            f"{model.optimizer.gradient_accumulation_steps}, which Keras cannot run under a "
+            "tf.distribute strategy (Keras's own fit fails the same way under "
+            "MirroredStrategy: the accumulate-or-apply branch contains the gradient "
+            "all-reduce). Every worker's rows already make one global batch: set batchSize "
+            "to the accumulated batch (batchSize x gradient_accumulation_steps) and remove "
+            "gradient_accumulation_steps from the optimizer.")
 
 
 def input_specs(model) -> list[tuple[tuple[int, ...] | None, str | None]]:

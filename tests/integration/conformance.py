@@ -140,15 +140,6 @@ def lr_schedule(hp):
     return model
 
 
-def gradient_accumulation(hp):
-    keras = _seeded()
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="tanh"),
-                              keras.layers.Dense(1)])
-    model.compile(optimizer=keras.optimizers.SGD(0.05, gradient_accumulation_steps=2),
-                  loss="mse", metrics=["mae"])
-    return model
-
-
 def ema(hp):
     """Exponential moving average of the weights: they replace the weights after fit."""
     keras = _seeded()
@@ -210,7 +201,6 @@ CASES = [
     # step (~1e-3 near 1) in the predictions; the history itself agrees to ~3e-5
     Case("mixed_float16", mixed_float16, rtol={2: 2e-3}, floor=1.0),
     Case("lr schedule", lr_schedule),
-    Case("gradient accumulation", gradient_accumulation),
     Case("EMA weights", ema),
     Case("LearningRateScheduler", sequential_sgd, callbacks=lr_callback),
     Case("sample weights + validation", weighted_classifier, task="classification",

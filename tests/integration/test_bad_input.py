@@ -23,6 +23,15 @@ def not_a_model(hparams):
     return "a string"
 
 
+def accumulating(hparams):
+    """Keras cannot accumulate gradients under any tf.distribute strategy."""
+    import keras
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(0.1, gradient_accumulation_steps=2),
+                  loss="mse")
+    return model
+
+
 def _est(**kw):
     base = dict(modelFn=models.linear, hyperParams={"width": 2}, numWorkers=2, epochs=1)
     return TFEstimator(**{**base, **kw})
@@ -74,8 +83,9 @@ def test_class_labels_outside_the_model_outputs(spark):
         est.fit(df)
 
 
-@pytest.mark.parametrize("fn,fragment", [(uncompiled, "not compiled"),
-                                         (not_a_model, "compiled keras.Model")])
+@pytest.mark.parametrize("fn,fragment", [
+    (uncompiled, "not compiled"), (not_a_model, "compiled keras.Model"),
+    (accumulating, r"gradient_accumulation_steps=2, which Keras cannot run .* set batchSize")])
 def test_model_fn_must_return_a_compiled_keras_model(spark, fn, fragment):
     df = spark.createDataFrame([([1.0, 2.0], 1.0)] * 8, "features array<double>, label double")
     with pytest.raises(sparktf.TaskFailedError, match=fragment):
