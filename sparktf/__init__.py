@@ -6,12 +6,13 @@ Importing sparktf does not import TensorFlow.
 """
 
 from sparktf.errors import (ClusterCapacityError, ClusterFormationError,
-                            ExecutorEnvironmentError, InvalidInputError, JobTimeoutError,
+                            ExecutorEnvironmentError, ExecutorLostError, InvalidInputError,
+                            JobTimeoutError,
                             SparkTFError, TaskFailedError, TaskStalledError)
 from sparktf.launcher import run
 
 __version__ = "0.1.0"
 
 __all__ = ["run", "SparkTFError", "InvalidInputError", "ClusterCapacityError",
-           "ExecutorEnvironmentError", "JobTimeoutError", "ClusterFormationError",
+           "ExecutorEnvironmentError", "ExecutorLostError", "JobTimeoutError", "ClusterFormationError",
            "TaskFailedError", "TaskStalledError", "__version__"]

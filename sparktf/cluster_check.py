@@ -28,7 +28,6 @@ def expected_slots(master: str, conf: dict[str, str]) -> int | None:
 
     ``None`` when the master does not say (standalone, YARN, k8s without fixed instances).
     """
-    task_cpus = int(conf.get("spark.task.cpus", "1"))
     m = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?", master)
     if m:
         n = m.group(1)
@@ -38,14 +37,49 @@ def expected_slots(master: str, conf: dict[str, str]) -> int | None:
             cores = os.cpu_count() or 1
         else:
             cores = int(n)
-        return cores // task_cpus
+        return cores // int(conf.get("spark.task.cpus", "1"))
     m = re.fullmatch(r"local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*\d+\s*\]", master)
     if m:
-        return int(m.group(1)) * (int(m.group(2)) // task_cpus)
+        return int(m.group(1)) * executor_slots(int(m.group(2)), conf)
     instances = conf.get("spark.executor.instances")
     cores = conf.get("spark.executor.cores")
     if instances and cores:
-        return int(instances) * (int(cores) // task_cpus)
+        return int(instances) * executor_slots(int(cores), conf)
+    return None
+
+
+def executor_slots(cores: int, conf: dict[str, str]) -> int:
+    """Tasks one executor with ``cores`` cores runs at once: its CPUs and each custom
+    resource (GPUs) limit them, as Spark counts (a fractional task amount shares one
+    address between ``floor(1 / amount)`` tasks)."""
+    slots = cores // int(conf.get("spark.task.cpus", "1"))
+    for key, value in conf.items():
+        m = re.fullmatch(r"spark\.task\.resource\.(.+)\.amount", key)
+        if not m or float(value) <= 0:
+            continue
+        amount = float(value)
+        have = int(float(conf.get(f"spark.executor.resource.{m.group(1)}.amount", "0")))
+        slots = min(slots, have * int(1 // amount) if amount < 1 else int(have // amount))
+    return slots
+
+
+def unplaceable(master: str, conf: dict[str, str]) -> str | None:
+    """Why no executor of a ``local-cluster`` master can start, if so: its executors ask
+    for a resource (GPUs) that its workers do not offer. Spark then waits for ever."""
+    if not master.startswith("local-cluster"):
+        return None
+    for key, value in sorted(conf.items()):
+        m = re.fullmatch(r"spark\.executor\.resource\.(.+)\.amount", key)
+        if not m or float(value) <= 0:
+            continue
+        offered = float(conf.get(f"spark.worker.resource.{m.group(1)}.amount", "0"))
+        if offered < float(value):
+            return (f"each executor asks for {key}={value}, but the workers of "
+                    f"{master} offer spark.worker.resource.{m.group(1)}.amount="
+                    f"{conf.get(f'spark.worker.resource.{m.group(1)}.amount', 'unset')}, so "
+                    "Spark cannot start any executor. Set spark.worker.resource."
+                    f"{m.group(1)}.amount and spark.worker.resource.{m.group(1)}."
+                    "discoveryScript when creating the session")
     return None
 
 
@@ -76,19 +110,30 @@ def check_capacity(sc, num_tasks: int, what: str, scale=None) -> int:
     have = scale(sc, current_slots(sc))
     if have >= num_tasks:
         return have
+    reason = unplaceable(sc.master, conf)
+    if reason:
+        raise ClusterCapacityError(f"{what} cannot start: {reason}.")
     expected = expected_slots(sc.master, conf)
     expected = scale(sc, expected) if expected is not None else None
+    settings = (f"master={sc.master}, spark.task.cpus={conf.get('spark.task.cpus', '1')}" +
+                "".join(f", {k}={v}" for k, v in sorted(conf.items())
+                        if re.fullmatch(r"spark\.(task|executor)\.resource\..+\.amount", k)) +
+                (", with the CPUs per task asked for" if scale_given else ""))
     if expected is not None and expected >= num_tasks:
         have = _await_slots(sc, num_tasks, EXECUTOR_START_TIMEOUT_S, scale)
         if have >= num_tasks:
             return have
+        raise ClusterCapacityError(
+            f"{what} needs {num_tasks} concurrent task slots for its barrier stage; the "
+            f"cluster should offer {expected} ({settings}), but only {have} were registered "
+            f"after waiting {EXECUTOR_START_TIMEOUT_S:.0f} s for executors. Executors that "
+            "never start usually ask for more than a worker has (cores, memory, GPUs): see "
+            "the master's log.")
     offered = max(have, expected or 0)
     raise ClusterCapacityError(
         f"{what} needs {num_tasks} concurrent task slots for its barrier stage, but the "
-        f"cluster offers {offered} (master={sc.master}, "
-        f"spark.task.cpus={conf.get('spark.task.cpus', '1')}"
-        f"{', with the CPUs per task asked for' if scale_given else ''}). Use at most "
-        f"{offered} tasks or add executors/cores.")
+        f"cluster offers {offered} ({settings}). Use at most {offered} tasks or add "
+        "executors, cores or GPUs.")
 
 
 def _await_slots(sc, num_tasks: int, timeout_s: float, scale) -> int:

@@ -22,6 +22,10 @@ class ExecutorEnvironmentError(SparkTFError):
     """The executors' Python cannot import sparktf or TensorFlow."""
 
 
+class ExecutorLostError(SparkTFError):
+    """An executor running a task of the barrier stage was lost (its process or machine died)."""
+
+
 class JobTimeoutError(SparkTFError):
     """The barrier stage ran past its ``timeout`` and was cancelled."""
 

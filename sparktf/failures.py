@@ -12,30 +12,57 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from sparktf.errors import (ClusterCapacityError, ExecutorEnvironmentError, InvalidInputError,
-                            JobTimeoutError, SparkTFError, TaskFailedError, TaskStalledError)
+from sparktf.errors import (ClusterCapacityError, ExecutorEnvironmentError, ExecutorLostError,
+                            InvalidInputError, JobTimeoutError, TaskFailedError,
+                            TaskStalledError)
 
-# TensorFlow errors a worker sees when a peer dies mid-collective, and our own report of
-# a process that died without a result.
-_INFRASTRUCTURE = re.compile(
-    r"^(sparktf-port-conflict: )?(UnavailableError|AbortedError|CancelledError|"
-    r"DeadlineExceededError|InternalError|UnknownError)\b|before reporting a result|"
-    r"Socket closed|Connection reset|failed to connect to all addresses")
+# Evidence that the platform failed, in a task's error message: our own report of a
+# process that died without a result, our own port conflict while forming the cluster,
+# and the errors TensorFlow gives a worker whose peer went away mid-collective.
+_DIED = re.compile(r"before reporting a result")
+_PEER_LOST = re.compile(
+    r"^(sparktf-port-conflict: )|^(UnavailableError|AbortedError|CancelledError|"
+    r"DeadlineExceededError)\b|Socket closed|Connection reset|failed to connect to all "
+    r"addresses")
+# TensorFlow's own error classes: a Python exception raised in tf.py_function or a
+# dataset generator arrives as one of them (UnknownError), so they say nothing alone
+_OP_ERROR = re.compile(
+    r"^(sparktf-port-conflict: )?(Cancelled|Unknown|InvalidArgument|DeadlineExceeded|"
+    r"NotFound|AlreadyExists|PermissionDenied|ResourceExhausted|FailedPrecondition|Aborted|"
+    r"OutOfRange|Unimplemented|Internal|Unavailable|DataLoss|Unauthenticated)Error\b")
+# What Spark says when an executor (or its machine, or a task's Python worker) is lost
+_EXECUTOR_LOST = re.compile(
+    r"ExecutorLostFailure|executor lost|lost executor|worker lost|Remote RPC client "
+    r"disassociated|Command exited with code|Python worker exited unexpectedly|"
+    r"Executor heartbeat timed out|Container killed", re.IGNORECASE)
 
 
 def is_infrastructure(message: str) -> bool:
-    """Whether a task's error message describes the platform failing, not the user's code."""
-    return bool(_INFRASTRUCTURE.search(message or ""))
+    """Whether a task's error message is evidence of the platform failing (a killed
+    process, an unreachable peer), not of the user's code raising."""
+    message = message or ""
+    return bool(_DIED.search(message) or _PEER_LOST.search(message))
+
+
+def is_executor_lost(spark_message: str) -> bool:
+    """Whether Spark's report of a failed stage says an executor was lost."""
+    return bool(_EXECUTOR_LOST.search(spark_message or ""))
 
 
 def primary_failure(errors: dict[int, dict]) -> int:
-    """The rank whose failure explains the others: a user exception first, then lowest rank.
+    """The rank whose failure explains the others.
 
-    When one worker raises, its peers fail with collective errors that only say a
-    peer went away; the user wants to see the exception that started it.
+    A rank whose process died explains everything else (its peers' collectives fail in
+    many ways). Otherwise a user exception does: when one worker raises, its peers
+    fail with collective errors that only say a peer went away; a Python exception is
+    preferred to a TensorFlow error that may only carry one; then the lowest rank.
     """
-    return min(errors, key=lambda rank: (is_infrastructure(errors[rank].get("message", "")),
-                                         rank))
+    def order(rank):
+        message = errors[rank].get("message", "")
+        if _DIED.search(message):
+            return (0, 0, rank)
+        return (1 + is_infrastructure(message), bool(_OP_ERROR.search(message)), rank)
+    return min(errors, key=order)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,10 +88,10 @@ class FailurePolicy:
         elif isinstance(failure, TaskFailedError):
             transient = is_infrastructure(failure.message)
         else:
-            transient = isinstance(failure, SparkTFError)  # e.g. an executor lost
+            transient = isinstance(failure, ExecutorLostError)
         if not transient:
-            return Decision(False, "the task's own code raised; a relaunch would fail the same "
-                                   "way")
+            return Decision(False, "nothing shows the platform failed (no process killed, no "
+                                   "executor or peer lost): a relaunch would fail the same way")
         if retries_done >= self.max_retries:
             return Decision(False, f"maxRetries={self.max_retries} relaunches used")
         return Decision(True, f"relaunch {retries_done + 1} of {self.max_retries}")

@@ -19,7 +19,7 @@ import cloudpickle
 
 from sparktf import cluster_check, failures, pickling, routing, watchdog
 from sparktf.channel import EventServer
-from sparktf.errors import (ClusterFormationError, ExecutorEnvironmentError,
+from sparktf.errors import (ClusterFormationError, ExecutorEnvironmentError, ExecutorLostError,
                             InvalidInputError, JobTimeoutError, SparkTFError, TaskFailedError,
                             TaskStalledError)
 from sparktf.resources import TaskResources, check_gpu_conf, gpus_scheduled
@@ -90,7 +90,7 @@ def run(spark, main_fn: Callable[[Any, Any], Any], args: Any = None, *, numWorke
         from sparktf.ml.schema import check_feedable
         check_feedable(df.schema, columns)
     return launch(spark, payload, num_workers=numWorkers, num_ps=numPs, df=df,
-                  columns=columns, use_gpu=useGpu, timeout=timeout, evaluator=evaluator,
+                  columns=columns, use_gpu=gpu.use_gpu_value(useGpu), timeout=timeout, evaluator=evaluator,
                   resources=TaskResources.checked(taskCpus, taskGpus))
 
 
@@ -101,9 +101,7 @@ def validate_launch(num_workers, num_ps, use_gpu, timeout) -> None:
                                 f"Received: numWorkers={num_workers!r}")
     if isinstance(num_ps, bool) or not isinstance(num_ps, int) or num_ps < 0:
         raise InvalidInputError(f"numPs must be an integer >= 0. Received: numPs={num_ps!r}")
-    if use_gpu not in gpu.USE_GPU_CHOICES:
-        raise InvalidInputError(f"useGpu must be 'auto', True or False. "
-                                f"Received: useGpu={use_gpu!r}")
+    gpu.use_gpu_value(use_gpu)
     if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
         raise InvalidInputError(f"timeout must be a positive number of seconds or None. "
                                 f"Received: timeout={timeout!r}")
@@ -118,7 +116,7 @@ class _Stage:
     num_ps: int
     columns: tuple[str, ...]
     split_column: str | None
-    use_gpu: str
+    use_gpu: str | bool  # gpu.use_gpu_value
     model_dir: str | None
     timeout: float | None
     what: str
@@ -159,8 +157,8 @@ def launch(spark, payload: bytes, *, num_workers: int, num_ps: int = 0, df=None,
     """
     _ensure_log_handler()
     sc = spark.sparkContext
-    stage = _Stage(payload, num_workers, num_ps, tuple(columns), split_column,
-                   str(use_gpu).lower() if isinstance(use_gpu, bool) else use_gpu,
+    use_gpu = gpu.use_gpu_value(use_gpu)
+    stage = _Stage(payload, num_workers, num_ps, tuple(columns), split_column, use_gpu,
                    model_dir, timeout, what, stall_timeout, parquet_uri, evaluator, resources)
     cluster_check.check_security(dict(sc.getConf().getAll()), what)
     if resources is not None:
@@ -346,8 +344,11 @@ def _translate(exc: Exception, errors: dict[int, dict], what: str) -> SparkTFErr
             "The executors' Python cannot import sparktf/TensorFlow. Set PYSPARK_PYTHON (or "
             "spark.pyspark.python) to an interpreter that has sparktf installed on every "
             f"executor. Spark said: {_first_line(text)}")
-    return SparkTFError(f"{what}'s barrier stage failed before any task reported an error "
-                        f"(an executor lost?): {_first_line(text)}")
+    if failures.is_executor_lost(text):
+        return ExecutorLostError(f"{what}'s barrier stage failed: an executor running one of "
+                                 f"its tasks was lost. Spark said: {_first_line(text)}")
+    return SparkTFError(f"{what}'s barrier stage failed before any task reported an error. "
+                        f"Spark said: {_first_line(text)}")
 
 
 def _first_line(text: str) -> str:

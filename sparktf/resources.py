@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from sparktf.errors import InvalidInputError
 
@@ -17,14 +18,8 @@ class TaskResources:
     @classmethod
     def checked(cls, cpus, gpus) -> "TaskResources | None":
         """None when nothing is asked; refuses bad amounts with the value received."""
-        if cpus is not None and (isinstance(cpus, bool) or not isinstance(cpus, int)
-                                 or cpus < 1):
-            raise InvalidInputError(f"taskCpus must be an integer >= 1 or None. "
-                                    f"Received: taskCpus={cpus!r}")
-        if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, (int, float))
-                                 or gpus <= 0 or (gpus > 1 and gpus != int(gpus))):
-            raise InvalidInputError(f"taskGpus must be a fraction in (0, 1] or a whole number "
-                                    f"of GPUs, or None. Received: taskGpus={gpus!r}")
+        cpus = None if cpus is None else task_cpus(cpus)
+        gpus = None if gpus is None else task_gpus(gpus)
         return None if cpus is None and gpus is None else cls(cpus, gpus)
 
     def profile(self):
@@ -53,6 +48,25 @@ class TaskResources:
                 f"taskGpus={self.gpus} asks for GPUs, but the executors have none: set "
                 "spark.executor.resource.gpu.amount and "
                 "spark.executor.resource.gpu.discoveryScript when creating the session.")
+
+
+def task_cpus(value) -> int:
+    """``taskCpus`` checked: a whole number of CPUs, at least 1."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 1 or \
+            value != int(value):
+        raise InvalidInputError(f"taskCpus must be an integer >= 1 or None. "
+                                f"Received: taskCpus={value!r}")
+    return int(value)
+
+
+def task_gpus(value) -> float:
+    """``taskGpus`` checked as Spark takes GPU amounts: a fraction in (0, 1] (tasks share a
+    GPU) or a whole number of GPUs."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            not math.isfinite(value) or value <= 0 or (value > 1 and value != int(value)):
+        raise InvalidInputError(f"taskGpus must be a fraction in (0, 1] or a whole number "
+                                f"of GPUs, or None. Received: taskGpus={value!r}")
+    return float(value)
 
 
 def gpus_scheduled(sc) -> bool:

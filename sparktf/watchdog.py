@@ -1,8 +1,10 @@
 """Stall detection on the driver: a rank that stops sending heartbeats is named and stopped.
 
-Training tasks send a heartbeat every few seconds and whenever they enter a new
-phase (callbacks, validation, checkpoint). A rank is watched from its first
-heartbeat on, so loading data never counts as a stall. One thread waits on a
+Training tasks send a heartbeat every few seconds while they make progress (training
+and validation steps, an export) and whenever they enter a new phase (callbacks,
+validation, checkpoint). A rank is watched from its first heartbeat on, so loading
+data never counts as a stall, and until it says it finished, so waiting for the
+others at the end never counts either. One thread waits on a
 condition with a timeout until the oldest heartbeat is ``timeout_s`` old, then
 calls ``on_stall`` once with the rank to blame and what every rank was last doing.
 
@@ -18,8 +20,9 @@ import time
 from typing import Callable
 
 
-# Phases of one epoch, in the order a worker passes through them.
-PHASES = ("training", "all-reduce", "validation", "callbacks", "checkpoint")
+# Phases of one epoch, in the order a worker passes through them; then the export.
+PHASES = ("training", "all-reduce", "validation", "callbacks", "checkpoint", "exporting")
+FINISHED = "finished"  # a rank done with its work: no longer watched
 
 
 def progress(event: dict) -> tuple:
@@ -42,6 +45,7 @@ def describe(event: dict) -> str:
     at = f"epoch {epoch}" + (f", step {step}" if step is not None else "") if epoch else ""
     text = {"training": "training", "callbacks": "in Keras callbacks",
             "validation": "validating", "checkpoint": "writing a checkpoint",
+            "exporting": "exporting the trained model",
             "all-reduce": "in an all-reduce with the other workers"}.get(where, where)
     return f"{text} ({at})" if at else text
 
@@ -53,6 +57,7 @@ class Watchdog:
         self.timeout_s = timeout_s
         self._on_stall = on_stall
         self._last: dict[int, tuple[float, dict]] = {}
+        self._finished: set[int] = set()
         self._cond = threading.Condition()
         self._closed = False
         self._thread = threading.Thread(target=self._watch, name="sparktf-watchdog",
@@ -69,9 +74,15 @@ class Watchdog:
         self._thread.join(timeout=10)
 
     def beat(self, rank: int, event: dict) -> None:
-        """Records a heartbeat; the rank is watched from now on."""
+        """Records a heartbeat; the rank is watched from now on, until it says it finished."""
         with self._cond:
-            self._last[rank] = (time.monotonic(), event)
+            if rank in self._finished:
+                return
+            if event.get("where") == FINISHED:
+                self._finished.add(rank)
+                self._last.pop(rank, None)
+            else:
+                self._last[rank] = (time.monotonic(), event)
             self._cond.notify_all()
 
     def _watch(self) -> None:

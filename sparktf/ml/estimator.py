@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -17,7 +18,7 @@ from pyspark.sql import functions as F
 
 from sparktf import failures, launcher, pickling, tensorboard
 from sparktf.errors import InvalidInputError, SparkTFError
-from sparktf.ml import schema
+from sparktf.ml import parquet_copy, schema
 from sparktf.ml.model import TFModel
 from sparktf.ml.params import _TFEstimatorParams, add_setters, without_none
 from sparktf.ml.progress import EpochProgress
@@ -104,10 +105,18 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
         payload = pickling.pickle_main(training.train_main, spec,
                                        also=[spec.model_fn, *spec.callbacks])
         frame, columns, split = self._training_frame(dataset)
-        parquet_uri = None
-        if self.getInputMode() == "parquet":
-            parquet_uri = self._parquet_copy(frame, dataset.sparkSession.sparkContext.master)
-            frame = None  # the workers read the files themselves
+        with contextlib.ExitStack() as stack:
+            parquet_uri = None
+            if self.getInputMode() == "parquet":
+                parquet_uri = stack.enter_context(parquet_copy.training_copy(
+                    frame, self._parquet_folder(), self.getNumWorkers()))
+                frame = None  # the workers read the files themselves
+            return self._launch(dataset.sparkSession, payload, run_dir, frame, columns, split,
+                                parquet_uri)
+
+    def _launch(self, spark, payload, run_dir, frame, columns, split, parquet_uri) -> TFModel:
+        """Runs the training stage, relaunched from the last checkpoint as the failure
+        policy allows."""
         resources = TaskResources.checked(self.getTaskCpus(), self.getTaskGpus())
         if self.getTensorboard():
             tensorboard.start(storage.parent(run_dir))
@@ -116,7 +125,7 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
             progress = EpochProgress()
             try:
                 results = launcher.launch(
-                    dataset.sparkSession, payload, num_workers=self.getNumWorkers(),
+                    spark, payload, num_workers=self.getNumWorkers(),
                     num_ps=self.getNumPs(), df=frame, columns=columns, split_column=split,
                     use_gpu=self.getUseGpu(), model_dir=run_dir, on_event=progress,
                     what="TFEstimator.fit", stall_timeout=self.getStallTimeout(),
@@ -182,18 +191,11 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
         logger.info("sparktf: this fit writes its model and checkpoints to %s", run_dir)
         return run_dir
 
-    def _parquet_copy(self, frame: DataFrame, master: str) -> str:
-        """inputMode='parquet': the training columns written once, reused for the same data."""
-        root = (self.getModelDir() if self.isSet(self.modelDir)
-                else os.path.join(tempfile.gettempdir(), "sparktf-parquet-cache"))
-        key = f"{frame.semanticHash() & 0xFFFFFFFF:08x}-{self.getNumWorkers()}"
-        uri = storage.join(root, "data", key)
-        if storage.exists(storage.join(uri, "_SUCCESS")):
-            logger.info("sparktf: inputMode='parquet' reuses the copy of this data at %s", uri)
-            return uri
-        logger.info("sparktf: inputMode='parquet' writes the training data once to %s", uri)
-        frame.repartition(2 * self.getNumWorkers()).write.mode("overwrite").parquet(uri)
-        return uri
+    def _parquet_folder(self) -> str:
+        """Where inputMode='parquet' copies go: modelDir/data, or one folder in the temp dir."""
+        if self.isSet(self.modelDir):
+            return storage.join(self.getModelDir(), "data")
+        return os.path.join(tempfile.gettempdir(), "sparktf-parquet-cache")
 
     def _model_dir(self, master: str) -> str:
         if self.isSet(self.modelDir):

@@ -7,6 +7,7 @@ form: what was expected, then ``Received: name=value``.
 from __future__ import annotations
 
 import math
+import zlib
 from typing import Any, Callable
 
 from pyspark.ml.param import Param, Params, TypeConverters
@@ -15,10 +16,14 @@ from pyspark.ml.param.shared import (HasFeaturesCol, HasInputCols, HasLabelCol,
                                      HasSeed, HasWeightCol)
 
 from sparktf.errors import InvalidInputError
-from sparktf.runtime.gpu import USE_GPU_CHOICES
+from sparktf.resources import task_cpus, task_gpus
+from sparktf.runtime.gpu import use_gpu_value
 
 INPUT_MODES = ("stream", "parquet")
 PREDICTION_KINDS = ("auto", "regression", "binary", "multiclass")
+# pyspark's HasSeed default, hash(class name), changes with every Python process unless
+# PYTHONHASHSEED is set; the same fit must give the same model in every session
+DEFAULT_SEED = zlib.crc32(b"TFEstimator")
 
 
 def _int_at_least(name: str, low: int) -> Callable[[Any], int]:
@@ -60,8 +65,8 @@ def _callable_or_none(name: str) -> Callable[[Any], Any]:
 def _choice(name: str, choices: tuple) -> Callable[[Any], Any]:
     def convert(value: Any) -> Any:
         if isinstance(value, str):
-            value = {"true": True, "false": False}.get(value.lower(), value.lower())
-        if value not in choices or (isinstance(value, int) and not isinstance(value, bool)):
+            value = value.lower()
+        if value not in choices:
             raise InvalidInputError(f"{name} must be one of {list(choices)}. "
                                     f"Received: {name}={value!r}")
         return value
@@ -126,7 +131,7 @@ class _TFSharedParams(HasFeaturesCol, HasInputCols, HasPredictionCol, HasProbabi
                               _int_at_least("batchSize", 1))
     useGpu: Param = _param("useGpu", "'auto' (GPUs Spark assigns, else CPU), True (require "
                            "an assigned GPU) or False (CPU only)",
-                           _choice("useGpu", USE_GPU_CHOICES))
+                           use_gpu_value)
 
     def getBatchSize(self) -> int:
         return self.getOrDefault(self.batchSize)
@@ -189,10 +194,10 @@ class _TFEstimatorParams(_TFSharedParams, HasLabelCol, HasSeed, HasWeightCol):
                                  _int_at_least("summarySteps", 0))
     taskCpus: Param = _param("taskCpus", "CPUs each training task asks for (a Spark "
                              "ResourceProfile for the training stage only)",
-                             _int_at_least("taskCpus", 1))
+                             task_cpus)
     taskGpus: Param = _param("taskGpus", "GPUs each training task asks for (a Spark "
                              "ResourceProfile for the training stage only): a fraction or a "
-                             "whole number", _positive_float("taskGpus"))
+                             "whole number", task_gpus)
     stallTimeout: Param = _param("stallTimeout", "seconds a training worker may go without "
                                  "progress (a blocked callback, a collective that never "
                                  "completes) before the attempt is stopped",
@@ -206,7 +211,7 @@ class _TFEstimatorParams(_TFSharedParams, HasLabelCol, HasSeed, HasWeightCol):
                          hyperParams={}, validationFraction=0.0, shuffle=True,
                          inputMode="stream", maxRetries=0, useGpu="auto", callbacks=[],
                          modelFn=None, stallTimeout=600.0, evaluator=False,
-                         tensorboard=False, summarySteps=0)
+                         tensorboard=False, summarySteps=0, seed=DEFAULT_SEED)
 
     def getModelFn(self):
         return self.getOrDefault(self.modelFn)

@@ -84,13 +84,11 @@ def _commit(model_dir: str, name: str) -> None:
 
 
 def _prune(model_dir: str, epoch: int) -> None:
+    """Removes the checkpoints older than the ``KEEP`` newest, on any filesystem."""
     root = _root(model_dir)
-    if not storage.is_local(root):
-        return
-    import shutil
-    for entry in os.listdir(storage.local_path(root)):
+    for entry in storage.list_names(root):
         if entry.startswith("epoch-") and int(entry[6:]) <= epoch - KEEP:
-            shutil.rmtree(os.path.join(storage.local_path(root), entry), ignore_errors=True)
+            storage.remove_dir(storage.join(root, entry))
 
 
 def restore(model, model_dir: str, found: dict) -> None:

@@ -27,11 +27,12 @@ class Validator:
         self.steps = keras_steps.KerasSteps(tf.distribute.get_strategy(), model)
         self.callbacks = training.callback_list(spec.callbacks, model, spec.epochs, 1)
 
-    def __call__(self, shard: feed.Shard) -> dict[str, float]:
-        """``val_loss`` and the compiled metrics (``val_`` prefixed) on ``shard``."""
+    def __call__(self, shard: feed.Shard, progress=None) -> dict[str, float]:
+        """``val_loss`` and the compiled metrics (``val_`` prefixed) on ``shard``;
+        ``progress(step)`` after each step."""
         plan = training.StepPlan.of([shard.num_rows], 0, self.spec.batch_size)
         return training.ValidationPass(self.steps, self.spec, shard, plan,
-                                       self.callbacks).run()
+                                       self.callbacks).run(progress)
 
 
 def evaluate_checkpoints(spec: training.TrainSpec, ctx) -> dict:

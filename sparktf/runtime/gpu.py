@@ -4,8 +4,24 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from sparktf.errors import InvalidInputError
+
 HIDE_ALL = ""  # CUDA_VISIBLE_DEVICES value that hides every GPU
 USE_GPU_CHOICES = ("auto", True, False)  # the values of useGpu, for run() and the stages
+
+
+def use_gpu_value(value) -> str | bool:
+    """``useGpu`` in its one inside form: ``"auto"``, ``True`` or ``False``.
+
+    Accepts those and the strings ``"true"``, ``"false"``, ``"auto"`` in any case (as
+    SQL, JSON and command lines give them); refuses anything else.
+    """
+    if isinstance(value, str):
+        value = {"true": True, "false": False, "auto": "auto"}.get(value.strip().lower(), value)
+    if not (value is True or value is False or value == "auto"):
+        raise InvalidInputError("useGpu must be 'auto', True or False. "
+                                f"Received: useGpu={value!r}")
+    return value
 
 
 class GpuAssignmentError(RuntimeError):
@@ -21,10 +37,11 @@ def visible_devices(assigned: Sequence[str], use_gpu: str | bool,
     assignment the task runs on CPU (all GPUs hidden), so tasks never share a GPU
     by accident; ``use_gpu=True`` makes that an error instead.
     """
-    if use_gpu is False or use_gpu == "false":
+    use_gpu = use_gpu_value(use_gpu)
+    if use_gpu is False:
         return HIDE_ALL
     if not assigned:
-        if use_gpu is True or use_gpu == "true":
+        if use_gpu is True:
             raise GpuAssignmentError(
                 "useGpu=True but Spark assigned this task no GPU. Configure GPU scheduling, "
                 "e.g. spark.executor.resource.gpu.amount=1, spark.task.resource.gpu.amount=1 "

@@ -12,8 +12,10 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import hashlib
 import math
 import os
+import shutil
 import tempfile
 import threading
 from typing import Iterator, Sequence
@@ -76,7 +78,9 @@ class ModelCache:
     """This Python worker's loaded signatures, least recently used evicted first.
 
     Spark reuses Python workers across tasks and jobs, so a model is loaded once
-    per worker, not once per partition.
+    per worker, not once per partition. Entries are keyed by the SavedModel's
+    identity (``identity``), not its path: a model saved again at the same path is
+    loaded again. And by device: each task runs on the GPU Spark assigned it.
     """
 
     capacity = 4
@@ -84,47 +88,118 @@ class ModelCache:
     _lock = threading.Lock()
 
     @classmethod
-    def get(cls, model_path: str, signature: str):
-        key = (model_path, signature)
+    def get(cls, model_path: str, signature: str, device: str):
+        key = (identity(model_path), signature, device)
         with cls._lock:
             if key in cls._entries:
                 cls._entries.move_to_end(key)
-                return cls._entries[key][1]
-        loaded = load_signature(model_path, signature)
+                return cls._entries[key].fn
+        loaded = _Loaded.load(model_path, signature, device)
         with cls._lock:
             cls._entries[key] = loaded
             while len(cls._entries) > cls.capacity:
-                cls._entries.popitem(last=False)
-        return loaded[1]
+                cls._entries.popitem(last=False)[1].close()
+        return loaded.fn
 
     @classmethod
     def clear(cls) -> None:
         with cls._lock:
-            cls._entries.clear()
+            while cls._entries:
+                cls._entries.popitem()[1].close()
 
 
-def load_signature(model_path: str, signature: str):
-    """(the loaded SavedModel, its concrete signature function); remote URIs copied locally."""
-    import tensorflow as tf
+@dataclasses.dataclass
+class _Loaded:
+    """A loaded SavedModel, its signature function, and the local copy of a remote model
+    (removed when the entry leaves the cache)."""
 
-    local = storage.get_dir(model_path, tempfile.mkdtemp(prefix="sparktf-model-"))
-    loaded = tf.saved_model.load(local)
-    if signature not in loaded.signatures:
-        raise KeyError(f"The SavedModel at {model_path} has no signature {signature!r}; it has "
-                       f"{sorted(loaded.signatures)}.")
-    return loaded, loaded.signatures[signature]
+    model: object
+    fn: object
+    scratch: str | None
+
+    @classmethod
+    def load(cls, model_path: str, signature: str, device: str) -> "_Loaded":
+        import tensorflow as tf
+
+        scratch = None if storage.is_local(model_path) else tempfile.mkdtemp(
+            prefix="sparktf-model-")
+        try:
+            with tf.device(device):
+                model = tf.saved_model.load(storage.get_dir(model_path, scratch))
+            if signature not in model.signatures:
+                raise KeyError(f"The SavedModel at {model_path} has no signature "
+                               f"{signature!r}; it has {sorted(model.signatures)}.")
+        except BaseException:
+            if scratch:
+                shutil.rmtree(scratch, ignore_errors=True)
+            raise
+        return cls(model, model.signatures[signature], scratch)
+
+    def close(self) -> None:
+        if self.scratch:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+FINGERPRINT = "fingerprint.pb"  # TensorFlow writes it into every SavedModel (TF >= 2.12)
+
+
+def identity(model_path: str) -> str:
+    """What tells one SavedModel from another at the same path: a digest of its
+    ``fingerprint.pb`` (which hashes the graph and the variables), or of the graph and
+    the variables' index (which holds every variable's checksum) where there is none."""
+    names = [FINGERPRINT]
+    if not storage.exists(storage.join(model_path, FINGERPRINT)):
+        names = ["saved_model.pb", "variables/variables.index"]
+    digest = hashlib.sha256()
+    for name in names:
+        uri = storage.join(model_path, *name.split("/"))
+        if storage.exists(uri):
+            digest.update(storage.read_bytes(uri))
+    return digest.hexdigest()
+
+
+_DESCRIPTIONS: dict = {}
+_DESCRIPTIONS_LOCK = threading.Lock()
 
 
 def describe(model_path: str, signature: str) -> tuple[dict, dict]:
-    """Signature inputs and outputs: name -> (shape without batch, dtype name)."""
-    _, fn = load_signature(model_path, signature)
+    """Signature inputs and outputs: name -> (shape without batch, dtype name).
 
-    def spec(t):
-        return tuple(None if d is None else int(d) for d in t.shape[1:]), t.dtype.name
+    Read from the SavedModel's graph metadata (``saved_model.pb``), without loading the
+    variables, and kept per SavedModel identity.
+    """
+    key = (identity(model_path), signature)
+    with _DESCRIPTIONS_LOCK:
+        if key in _DESCRIPTIONS:
+            return _DESCRIPTIONS[key]
+    described = _read_signature(model_path, signature)
+    with _DESCRIPTIONS_LOCK:
+        _DESCRIPTIONS[key] = described
+    return described
 
-    inputs = {k: spec(v) for k, v in fn.structured_input_signature[1].items()}
-    outputs = {k: spec(v) for k, v in fn.structured_outputs.items()}
-    return inputs, outputs
+
+def _read_signature(model_path: str, signature: str) -> tuple[dict, dict]:
+    import tensorflow as tf
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    proto = saved_model_pb2.SavedModel()
+    proto.ParseFromString(storage.read_bytes(storage.join(model_path, "saved_model.pb")))
+    signatures = {}
+    for graph in proto.meta_graphs:
+        signatures.update(graph.signature_def)
+    if signature not in signatures:
+        raise KeyError(f"The SavedModel at {model_path} has no signature {signature!r}; it "
+                       f"has {sorted(k for k in signatures if not k.startswith('__'))}.")
+
+    def spec(info):
+        shape = info.tensor_shape
+        dims = (None,) if shape.unknown_rank else tuple(
+            None if d.size < 0 else int(d.size) for d in shape.dim[1:])
+        return dims, tf.dtypes.as_dtype(info.dtype).name
+
+    found = signatures[signature]
+    return ({k: spec(v) for k, v in found.inputs.items()},
+            {k: spec(v) for k, v in found.outputs.items()})
 
 
 def per_row_kind(shape: tuple) -> str:
@@ -150,31 +225,30 @@ def classify(output: np.ndarray, kind: str, from_logits: bool):
     return probability.argmax(axis=1).astype(np.float64), probability, out
 
 
-def start_tensorflow(use_gpu) -> dict[str, str] | None:
-    """Starts TensorFlow in this Python worker with this task's GPUs and share of cores.
+def start_tensorflow() -> dict[str, str] | None:
+    """Starts TensorFlow in this Python worker, seeing the executor's GPUs, with this
+    task's share of the cores. Returns the settings it started with (None where
+    TensorFlow already ran here).
 
-    Returns the settings it started with (None where TensorFlow already ran here).
-
-    TensorFlow reads these settings once, when its runtime starts, so they are set
-    for that moment only. Spark reuses a Python worker for later tasks and jobs: a
-    value left in ``os.environ`` would reach every one of them, including the
-    training processes a later ``fit`` starts from this worker (where a single
-    inter-op thread deadlocks parameter-server training, and an inherited
-    ``CUDA_VISIBLE_DEVICES`` maps that task's GPUs wrongly).
+    Spark reuses a Python worker for later tasks, which Spark may assign other GPUs of
+    the executor: TensorFlow sees the executor's GPUs (its own CUDA_VISIBLE_DEVICES, in
+    PCI order as Spark's discovery scripts number them) and every task places its calls
+    on the one it was assigned (``task_device``). TensorFlow reads these settings once,
+    when its runtime starts, so they are set for that moment only: a value left in
+    ``os.environ`` would reach every later task, including the training processes a
+    later ``fit`` starts from this worker (where a single inter-op thread deadlocks
+    parameter-server training).
     """
     import sys
     if "tensorflow" in sys.modules:
         return None
     from pyspark import TaskContext
     context = TaskContext.get()
-    resource = context.resources().get("gpu") if context else None
-    assigned = list(resource.addresses) if resource is not None else []
-    settings = {"CUDA_VISIBLE_DEVICES": gpu.visible_devices(
-                    assigned, use_gpu, os.environ.get("CUDA_VISIBLE_DEVICES")),
-                "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
+    settings = {"TF_FORCE_GPU_ALLOW_GROWTH": "true"}
     # Python workers of one executor share its cores: size TF's pools to this task's
     # share, unless the executor's environment chose.
     defaults = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_NUM_INTEROP_THREADS": "1",
+                "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
                 "TF_NUM_INTRAOP_THREADS": str(max(1, context.cpus())) if context else "1"}
     settings.update({k: v for k, v in defaults.items() if k not in os.environ})
     with environment(settings):
@@ -182,6 +256,18 @@ def start_tensorflow(use_gpu) -> dict[str, str] | None:
         tf.config.list_physical_devices()  # CUDA reads CUDA_VISIBLE_DEVICES here
         tf.constant(0)  # the eager context: devices, memory growth, thread pools
     return settings
+
+
+def task_device(use_gpu) -> str:
+    """The TensorFlow device this scoring task runs on: the GPU Spark assigned it (its
+    address indexes the executor's visible GPUs, as for training), else the CPU."""
+    from pyspark import TaskContext
+    context = TaskContext.get()
+    resource = context.resources().get("gpu") if context else None
+    assigned = list(resource.addresses) if resource is not None else []
+    if gpu.visible_devices(assigned, use_gpu) == gpu.HIDE_ALL:
+        return "/CPU:0"
+    return f"/GPU:{int(assigned[0])}"
 
 
 @contextlib.contextmanager
@@ -207,13 +293,15 @@ def score_arrays(spec: ScoreSpec, columns: Iterator[Sequence[pa.Array]]
     carried across Arrow batches so that every signature call gets a full ``batchSize``
     rows (Spark's iterator UDFs only need the outputs, in order, to add up to the inputs).
     """
-    start_tensorflow(spec.use_gpu)
+    start_tensorflow()
+    device = task_device(spec.use_gpu)
     fn = None
     names = [b.column for b in spec.inputs]
     for batch in _rechunk(columns, names, spec.batch_size):
         if fn is None:
-            fn = ModelCache.get(spec.model_path, spec.signature)
-        out_names, values = output_arrays(batch.num_rows, spec, run_model(fn, spec, batch))
+            fn = ModelCache.get(spec.model_path, spec.signature, device)
+        out_names, values = output_arrays(batch.num_rows, spec,
+                                          run_model(fn, spec, batch, device))
         yield pa.StructArray.from_arrays(values, names=out_names)
 
 
@@ -253,7 +341,7 @@ def valid_rows(batch: pa.RecordBatch, columns: Sequence[str]) -> np.ndarray:
     return valid
 
 
-def run_model(fn, spec: ScoreSpec, batch: pa.RecordBatch) -> dict:
+def run_model(fn, spec: ScoreSpec, batch: pa.RecordBatch, device: str = "/CPU:0") -> dict:
     """Signature outputs (numpy, valid rows only) and the valid-row mask."""
     import tensorflow as tf
 
@@ -262,10 +350,12 @@ def run_model(fn, spec: ScoreSpec, batch: pa.RecordBatch) -> dict:
     arrays = {b.input_name: _shaped(feed.column_to_numpy(rows.column(b.column), b.column), b)
               for b in spec.inputs}
     results: dict[str, list] = collections.defaultdict(list)
-    for start in range(0, rows.num_rows, spec.batch_size):
-        call = {k: tf.constant(v[start:start + spec.batch_size]) for k, v in arrays.items()}
-        for name, value in fn(**call).items():
-            results[name].append(value.numpy())
+    with tf.device(device):
+        for start in range(0, rows.num_rows, spec.batch_size):
+            call = {k: tf.constant(v[start:start + spec.batch_size])
+                    for k, v in arrays.items()}
+            for name, value in fn(**call).items():
+                results[name].append(value.numpy())
     merged = {k: np.concatenate(v) for k, v in results.items()}
     return {"valid": valid, "values": merged}
 

@@ -15,6 +15,8 @@ it on every worker, where the file's relative path names that worker's own file.
 
 from __future__ import annotations
 
+import collections
+
 import numpy as np
 
 from sparktf.runtime import (cluster, evaluation, feed, keras_steps, signals, tf_keras_fit,
@@ -22,7 +24,7 @@ from sparktf.runtime import (cluster, evaluation, feed, keras_steps, signals, tf
 
 SHARD_FILE = "sparktf-train.tfrecord"  # relative: each worker process's working directory
 SHUFFLE_ROWS = 10_000  # rows in the workers' shuffle buffer
-STEPS_PER_JOIN = 200  # steps scheduled between heartbeats
+STEPS_IN_FLIGHT = 200  # steps scheduled ahead of the one awaited
 
 
 def train(spec: training.TrainSpec, ctx) -> dict | None:
@@ -122,16 +124,21 @@ class _Chief(training.EpochRunner):
         return training.chief_result(self._plain_copy(), self.spec, self.ctx, history)
 
     def train_epoch(self, epoch: int) -> dict[str, float]:
-        results = []
-        for start in range(0, self.steps, STEPS_PER_JOIN):
-            self.beat("training", epoch + 1, start)
-            results += [self.coordinator.schedule(self.train_step, args=(self.iterator,))
-                        for _ in range(start, min(start + STEPS_PER_JOIN, self.steps))]
-            self.coordinator.join()  # raises the first error of a scheduled step
-        if self.spec.summary_steps:
-            for step, logs in enumerate(results):
-                self.summaries.write_step(epoch * self.steps + step + 1,
-                                          logs.fetch().get("loss"))
+        """Keeps ``STEPS_IN_FLIGHT`` steps scheduled; each step's result, awaited in order,
+        is the progress the heartbeats report."""
+        self.beat("training", epoch + 1, 0)
+        pending: collections.deque = collections.deque()
+        scheduled = 0
+        for step in range(self.steps):
+            while scheduled < self.steps and len(pending) < STEPS_IN_FLIGHT:
+                pending.append(self.coordinator.schedule(self.train_step,
+                                                         args=(self.iterator,)))
+                scheduled += 1
+            logs = pending.popleft().fetch()  # raises the error of a failed step
+            self.beat("training", epoch + 1, step + 1, force=False)
+            if self.spec.summary_steps:
+                self.summaries.write_step(epoch * self.steps + step + 1, logs.get("loss"))
+        self.coordinator.join()
         self.rows_trained = sum(self.ctx.allNumRows)
         return keras_steps.metric_results(self.model)
 
@@ -139,7 +146,7 @@ class _Chief(training.EpochRunner):
         return self.spec.validates_in_loop and self.ctx.validationShard is not None
 
     def validate(self) -> dict[str, float]:
-        return self.validator(self.ctx.validationShard)
+        return self.validator(self.ctx.validationShard, self.validation_step)
 
     def _train_step(self):
         """The model's own ``train_step`` on one worker's next batch (Keras's step; one

@@ -6,7 +6,11 @@ driver's watchdog and progress display see the same events from both.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
+
+FINISHED = "finished"  # watchdog.FINISHED: the driver stops watching this rank
 
 
 class Heartbeat:
@@ -25,6 +29,31 @@ class Heartbeat:
         if force or now - self._last >= self.interval_s:
             self._last = now
             self.ctx.emit("heartbeat", role=self.role, where=where, epoch=epoch, step=step)
+
+    @contextlib.contextmanager
+    def during(self, where: str, epoch: int):
+        """Heartbeats every ``interval_s`` while the block runs: for one long call that
+        makes progress of its own (an export), not for waits on other workers."""
+        stop = threading.Event()
+
+        def keep_alive():
+            while not stop.wait(self.interval_s):
+                self(where, epoch)
+
+        self(where, epoch)
+        thread = threading.Thread(target=keep_alive, name="sparktf-heartbeat", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+
+    def finished(self) -> None:
+        """This rank's work is done: the driver stops watching it (it may wait a while at
+        the exit barrier for the others)."""
+        self.ctx.emit("heartbeat", role=self.role, where=FINISHED, epoch=None, step=None)
+
 
 
 def report_epoch(ctx, epoch: int, epochs: int, logs: dict, rows: int, seconds: float) -> None:

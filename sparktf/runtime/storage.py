@@ -116,6 +116,38 @@ def read_bytes(uri: str) -> bytes:
         return f.read()
 
 
+def list_names(uri: str) -> list[str]:
+    """The names of the entries directly inside the folder at ``uri`` ([] if it is missing)."""
+    if is_local(uri):
+        path = local_path(uri)
+        return sorted(os.listdir(path)) if os.path.isdir(path) else []
+    from pyarrow import fs
+    filesystem, path = _fs(uri)
+    infos = filesystem.get_file_info(fs.FileSelector(path, allow_not_found=True))
+    return sorted(info.base_name for info in infos)
+
+
+def file_state(uri: str) -> tuple[int, int]:
+    """(size in bytes, modification time in ns) of the file at ``uri``."""
+    if is_local(uri):
+        stat = os.stat(local_path(uri))
+        return stat.st_size, stat.st_mtime_ns
+    filesystem, path = _fs(uri)
+    info = filesystem.get_file_info(path)
+    return info.size, info.mtime_ns
+
+
+def remove_dir(uri: str) -> None:
+    """Removes the tree at ``uri``; nothing happens if it is missing."""
+    if is_local(uri):
+        shutil.rmtree(local_path(uri), ignore_errors=True)
+        return
+    from pyarrow import fs
+    filesystem, path = _fs(uri)
+    if filesystem.get_file_info(path).type != fs.FileType.NotFound:
+        filesystem.delete_dir(path)
+
+
 def copy_dir(source: str, target: str) -> None:
     """Copies the tree at ``source`` to ``target``, any two URIs."""
     import tempfile

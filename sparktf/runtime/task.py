@@ -50,7 +50,7 @@ class TaskSpec:
     payload: bytes  # cloudpickle of (main_fn, args)
     num_workers: int
     num_ps: int = 0
-    use_gpu: str = "auto"
+    use_gpu: str | bool = "auto"  # gpu.use_gpu_value
     model_dir: str | None = None
     columns: tuple[str, ...] = ()  # input columns to feed; empty: no data
     split_column: str | None = None  # boolean column: true rows go to the validation shard

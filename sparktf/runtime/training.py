@@ -18,8 +18,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from sparktf.runtime import (checkpoint, feed, keras_steps, signals, storage, summaries,
-                             tf_keras_fit)
+from sparktf.runtime import (checkpoint, feed, inference, keras_steps, signals, storage,
+                             summaries, tf_keras_fit)
 
 EXPORT_DIR = "export"
 SAVED_MODEL = "saved_model"
@@ -145,9 +145,9 @@ def train_main(spec: TrainSpec, ctx) -> dict | None:
 
     if ctx.jobName == cluster.EVALUATOR:
         return evaluation.evaluate_checkpoints(spec, ctx)
-    if ctx.numPs:
-        return ps_training.train(spec, ctx)
-    return _all_reduce(spec, ctx)
+    result = ps_training.train(spec, ctx) if ctx.numPs else _all_reduce(spec, ctx)
+    signals.Heartbeat(ctx).finished()
+    return result
 
 
 def _all_reduce(spec: TrainSpec, ctx) -> dict | None:
@@ -183,7 +183,8 @@ def resume(model, spec: TrainSpec) -> tuple[int, dict]:
 
 def chief_result(model, spec: TrainSpec, ctx, history: dict) -> dict | None:
     """Exports the trained model; the chief's answer to the driver (None elsewhere)."""
-    exported, input_names = _export(model, spec, ctx)
+    with signals.Heartbeat(ctx).during("exporting", spec.epochs):
+        exported, input_names = _export(model, spec, ctx)
     if not ctx.isChief:
         return None
     kind, from_logits = keras_steps.prediction_kind(model)
@@ -237,6 +238,7 @@ class EpochRunner:
         self.callbacks = callback_list([*spec.callbacks, self.recorder], model, spec.epochs,
                                        steps)
         self.rows_trained = 0  # in the last epoch, over all workers
+        self.epoch = 0  # the epoch running (0-based)
 
     def train_epoch(self, epoch: int) -> dict[str, float]:
         raise NotImplementedError
@@ -246,6 +248,10 @@ class EpochRunner:
 
     def validate(self) -> dict[str, float]:
         return {}
+
+    def validation_step(self, step: int) -> None:
+        """After each validation step: a heartbeat, at most every few seconds."""
+        self.beat("validation", self.epoch + 1, step, force=False)
 
     def agree_to_stop(self) -> bool:
         """Whether training stops now: ``model.stop_training`` as every worker sees it."""
@@ -258,6 +264,7 @@ class EpochRunner:
         self.callbacks.on_train_begin()
         logs: dict = {}
         for epoch in range(first_epoch, self.spec.epochs):
+            self.epoch = epoch
             started = time.monotonic()
             self.model.reset_metrics()
             self.callbacks.on_epoch_begin(epoch)
@@ -357,7 +364,7 @@ class _EpochLoop(EpochRunner):
         return self.steps_fn.epoch_logs(logs)
 
     def validate(self) -> dict[str, float]:
-        return self.validation.run()
+        return self.validation.run(self.validation_step)
 
     def agree_to_stop(self) -> bool:
         stop = self.steps_fn.any_worker(getattr(self.model, "stop_training", False))
@@ -381,7 +388,8 @@ class ValidationPass:
         self.hooks = keras_steps.overrides(spec.callbacks, keras_steps.TEST_BATCH_HOOKS)
         self.specs = keras_steps.input_specs(steps_fn.model)
 
-    def run(self) -> dict[str, float]:
+    def run(self, progress=None) -> dict[str, float]:
+        """``progress(step)`` is called after each step (heartbeats)."""
         model = self.steps_fn.model
         model.reset_metrics()
         self.callbacks.on_test_begin()
@@ -393,6 +401,8 @@ class ValidationPass:
             logs = self.steps_fn.test(data, reduce=self.hooks or step == self.plan.steps - 1)
             if self.hooks:
                 self.callbacks.on_test_batch_end(step, logs)
+            if progress is not None:
+                progress(step)
         logs = self.steps_fn.epoch_logs(logs)
         self.callbacks.on_test_end(logs)
         return {f"val_{name}": value for name, value in logs.items()}
@@ -411,8 +421,6 @@ def _export(model, spec: TrainSpec, ctx) -> tuple[str, list[str]]:
 
     Returns the export URI and the serving signature's input names in model-input order.
     """
-    import tensorflow as tf
-
     target = storage.join(spec.model_dir, EXPORT_DIR)
     with tempfile.TemporaryDirectory(prefix="sparktf-export-") as local:
         if tf_keras_fit.is_tf_keras(model):
@@ -420,9 +428,8 @@ def _export(model, spec: TrainSpec, ctx) -> tuple[str, list[str]]:
         else:
             model.export(os.path.join(local, SAVED_MODEL), verbose=False)
         model.save(os.path.join(local, KERAS_FILE))
-        signature = tf.saved_model.load(os.path.join(local, SAVED_MODEL)).signatures[
-            "serving_default"]
-        names = list(signature.structured_input_signature[1])
+        names = list(inference.describe(os.path.join(local, SAVED_MODEL),
+                                        "serving_default")[0])
         if ctx.isChief:
             storage.put_dir(local, target)
     return target, _order_inputs(names, _input_names(model))

@@ -58,3 +58,31 @@ def test_fit_trains_on_a_union_of_coalesced_frames(spark, tmp_path, workers, mod
     history = model.getHistory()["loss"]
     assert len(history) == 2 and history[1] < history[0]
     assert model.transform(df).count() == 300
+
+
+@pytest.mark.parametrize("mode,holdout", [("stream", False), ("stream", True),
+                                          ("parquet", False)])
+def test_a_fit_reads_an_uncached_input_once_plus_one_check_pass(spark, tmp_path, mode,
+                                                                 holdout):
+    """Every evaluation of the input's last step over the rows is counted (an accumulator in
+    a UDF on top of a Parquet scan): the row checks are one aggregate pass, the training
+    stage (or the Parquet copy) the other; nothing else reads the input."""
+    from pyspark.sql import functions as F
+
+    X, y = data.linear_rows(300, seed=4)
+    spark.createDataFrame(data.rows(X, y), "features array<double>, label double") \
+        .repartition(3).write.parquet(str(tmp_path / "input"))
+    reads = spark.sparkContext.accumulator(0)
+
+    def counted(features):
+        reads.add(1)
+        return features
+
+    counting = F.udf(counted, "array<double>")
+    df = spark.read.parquet(str(tmp_path / "input")) \
+        .withColumn("features", counting("features"))
+    est = TFEstimator(modelFn=models.linear, numWorkers=2, epochs=1, batchSize=64,
+                      inputMode=mode, modelDir=str(tmp_path / "m"),
+                      validationFraction=0.2 if holdout else 0.0)
+    est.fit(df)
+    assert reads.value == 2 * len(X), f"the input was read {reads.value / len(X):g} times"

@@ -265,7 +265,10 @@ def test_tensorboard_server_shows_the_fits_until_stopped(spark, tmp_path, caplog
 def test_parquet_input_mode_matches_stream_mode_and_reuses_its_copy(spark, tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="sparktf")
     X, y = data.linear_rows(1500, seed=6)
-    df = spark.createDataFrame(data.rows(X, y), "features array<double>, label double")
+    source = str(tmp_path / "table")
+    spark.createDataFrame(data.rows(X, y), "features array<double>, label double") \
+        .write.parquet(source)
+    df = spark.read.parquet(source)
     common = dict(modelFn=models.linear, numWorkers=2, epochs=25, batchSize=64,
                   learningRate=0.05, seed=9, modelDir=str(tmp_path / "m"))
     stream = TFEstimator(inputMode="stream", **common).fit(df).getHistory()
@@ -278,6 +281,32 @@ def test_parquet_input_mode_matches_stream_mode_and_reuses_its_copy(spark, tmp_p
     assert len(written) == 1
     copies = os.listdir(tmp_path / "m" / "data")
     assert len(copies) == 1
-    parquet_est.fit(df)  # the same data again: the copy is reused, not rewritten
+    parquet_est.setEpochs(1).fit(df)  # the same files again: the copy is reused
     assert any("reuses the copy" in r.getMessage() for r in caplog.records)
     assert os.listdir(tmp_path / "m" / "data") == copies
+
+
+def test_parquet_input_mode_never_trains_on_a_stale_copy(spark, tmp_path, caplog):
+    """A table whose files changed is copied again; a frame that is not a file scan gets
+    a copy of its own, removed after the fit."""
+    caplog.set_level(logging.INFO, logger="sparktf")
+    source, folder = str(tmp_path / "table"), tmp_path / "m" / "data"
+    est = TFEstimator(modelFn=models.linear, numWorkers=2, epochs=1, batchSize=64,
+                      learningRate=0.05, inputMode="parquet", modelDir=str(tmp_path / "m"))
+    X, _ = data.linear_rows(400, seed=1)
+
+    def table(label):
+        spark.createDataFrame(data.rows(X, np.full(len(X), label)),
+                              "features array<double>, label double") \
+            .write.mode("overwrite").parquet(source)
+        return spark.read.parquet(source)
+
+    before = est.fit(table(0.0)).getHistory()["loss"][0]
+    after = est.fit(table(100.0)).getHistory()["loss"][0]
+    assert before < 10 and after > 5000, (before, after)  # the new labels were trained on
+    assert any("input files changed" in r.getMessage() for r in caplog.records)
+    assert len(os.listdir(folder)) == 1  # replaced, not added
+    in_memory = spark.createDataFrame(data.rows(X, np.full(len(X), 3.0)),
+                                      "features array<double>, label double")
+    assert est.fit(in_memory).getHistory()["loss"][0] > 1
+    assert len(os.listdir(folder)) == 1  # its own copy is gone

@@ -102,6 +102,35 @@ def test_an_exception_in_model_fn_surfaces_with_rank_and_is_not_retried(spark, c
     assert not any("Relaunching" in r.getMessage() for r in caplog.records)
 
 
+def checked_in_py_function(hparams):
+    """A model whose step runs a user check through tf.py_function, which raises."""
+    import keras
+    import tensorflow as tf
+
+    def check(x):
+        raise ValueError("row check failed inside tf.py_function")
+
+    class Checked(keras.Sequential):
+        def train_step(self, data):
+            x, y = data
+            x = tf.reshape(tf.py_function(check, [x], tf.float32), tf.shape(x))
+            return super().train_step((x, y))
+
+    model = Checked([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    return model
+
+
+def test_an_exception_inside_tf_py_function_is_not_retried(spark, caplog):
+    """TensorFlow reports it as UnknownError, which is no evidence of a failed platform."""
+    caplog.set_level(logging.WARNING, logger="sparktf")
+    est = TFEstimator(modelFn=checked_in_py_function, numWorkers=2, maxRetries=2)
+    with pytest.raises(sparktf.TaskFailedError) as info:
+        est.fit(_frame(spark))
+    assert "ValueError: row check failed inside tf.py_function" in str(info.value)
+    assert not any("Relaunching" in r.getMessage() for r in caplog.records)
+
+
 def test_an_exception_in_a_callback_surfaces_from_the_rank_that_raised(spark):
     est = TFEstimator(modelFn=models.linear, numWorkers=2, epochs=3, maxRetries=1,
                       callbacks=[RaiseOn()])
@@ -145,6 +174,22 @@ def test_a_lost_executor_fails_or_recovers_but_never_hangs(spark, tmp_path):
     assert os.path.exists(tmp_path / "killed")
     assert time.monotonic() - started < 400
     assert sparktf.run(spark, lambda a, c: c.rank, numWorkers=2) == [0, 1]  # usable again
+
+
+class SlowValidation(keras.callbacks.Callback):
+    """Each validation step takes 1.2 s, as a large model's would: the whole pass takes
+    longer than stallTimeout while every step makes progress."""
+
+    def on_test_batch_end(self, batch, logs=None):
+        time.sleep(1.2)
+
+
+def test_a_validation_pass_longer_than_stall_timeout_completes(spark):
+    est = TFEstimator(modelFn=models.linear, numWorkers=2, epochs=1, batchSize=32,
+                      validationFraction=0.5, seed=1, stallTimeout=6,
+                      callbacks=[SlowValidation()])
+    history = est.fit(_frame(spark)).getHistory()
+    assert len(history["loss"]) == len(history["val_loss"]) == 1
 
 
 class BlockForever(keras.callbacks.Callback):

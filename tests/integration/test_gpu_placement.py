@@ -8,15 +8,17 @@ import sys
 import pytest
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "fake_gpu_job.py")
+PAIR_SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "fake_gpu_pair_job.py")
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 pytestmark = pytest.mark.timeout(600)
 
 
-def _run(tmp_path, amount, inherited=None):
+def _run(tmp_path, amount, inherited=None, script=SCRIPT):
     env = {k: v for k, v in os.environ.items() if k != "PYSPARK_PYTHON"}
     env["PYTHONPATH"] = ROOT
-    args = [sys.executable, SCRIPT, str(tmp_path), amount] + ([inherited] if inherited else [])
+    args = [sys.executable, script, str(tmp_path)] + ([amount] if amount else []) + \
+        ([inherited] if inherited else [])
     out = subprocess.run(args, capture_output=True, text=True, env=env, timeout=500)
     line = next((l for l in out.stdout.splitlines() if l.startswith("RESULT ")), None)
     assert line, f"no result; stderr tail:\n{out.stderr[-3000:]}"
@@ -30,7 +32,7 @@ def test_each_task_sees_exactly_the_gpu_spark_assigned(tmp_path):
         assert task["cuda"] == task["assigned"][0]  # exported before TensorFlow started
         assert task["tf_imported_with_it"]
     for task in result["inference"]:
-        assert task["assigned"] and task["cuda"] == task["assigned"]
+        assert task["assigned"] and task["device"] == f"/GPU:{task['assigned']}"
         assert task["after"] == task["before"]  # the worker's environment is left as it was
     for task in result["training_again"]:
         assert task["cuda"] == task["assigned"][0]
@@ -38,16 +40,37 @@ def test_each_task_sees_exactly_the_gpu_spark_assigned(tmp_path):
 
 def test_addresses_index_into_the_executors_own_cuda_visible_devices(tmp_path):
     result = _run(tmp_path, "1", inherited="7,8,9")
-    for task in result["training"] + result["inference"] + result["training_again"]:
-        assigned = task["assigned"] if isinstance(task["assigned"], list) \
-            else task["assigned"].split(",")
-        assert task["cuda"] == ",".join("789"[int(a)] for a in assigned)
+    for task in result["training"] + result["training_again"]:
+        assert task["cuda"] == ",".join("789"[int(a)] for a in task["assigned"])
+    for task in result["inference"]:  # TensorFlow sees 7,8,9 as its GPUs 0,1,2
+        assert task["device"] == f"/GPU:{task['assigned']}"
+        assert task["before"] == task["after"] == "7,8,9"
 
 
 def test_fractional_amounts_share_the_assigned_gpu(tmp_path):
     result = _run(tmp_path, "0.5")
     for task in result["training"]:
         assert len(task["assigned"]) == 1 and task["cuda"] == task["assigned"][0]
+
+
+def test_executors_with_two_gpus_each_run_one_task_per_gpu_on_reused_workers(tmp_path):
+    result = _run(tmp_path, None, script=PAIR_SCRIPT)
+    refusal = result["refusal"]
+    assert refusal and "Set spark.worker.resource.gpu.amount" in refusal["message"], refusal
+    assert refusal["seconds"] < 30, refusal  # not after minutes of waiting
+    # one core and two GPUs per executor: one slot each, and each task gets one GPU
+    assert sorted(t["rank"] for t in result["training"]) == [0, 1]
+    for task in result["training"]:
+        assert len(task["assigned"]) == 1 and task["cuda"] == task["assigned"][0]
+    # scoring: every task runs on the GPU Spark assigned it, also in a Python worker whose
+    # TensorFlow started during an earlier task that had the other GPU
+    seen: dict = {}
+    for task in result["scoring"]:
+        assert task["device"] == f"/GPU:{task['assigned']}", task
+        assert task["visible"] == "all", task  # TensorFlow sees both of the executor's GPUs
+        seen.setdefault(task["pid"], set()).add(task["assigned"])
+    assert any(len(gpus) > 1 for gpus in seen.values()), \
+        f"no Python worker was reused with another GPU, so nothing was tested: {seen}"
 
 
 @pytest.mark.gpu

@@ -154,3 +154,50 @@ def test_bad_mappings_and_paths_fail_on_the_driver(spark, saved_models, tmp_path
     with pytest.raises(sparktf.InvalidInputError, match="'x' is not in the DataFrame"):
         TFModel(modelPath=saved_models["affine"], inputMapping={"x": "x"},
                 outputMapping={"y": "y"}).transform(df.drop("x"))
+
+
+def _affine_savedmodel(path, scale):
+    """A SavedModel with a variable: y = scale * sum(x)."""
+    import tensorflow as tf
+
+    class Scaled(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = tf.Variable(scale, dtype=tf.float32)
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32, name="x")])
+        def serve(self, x):
+            return {"y": tf.reduce_sum(x, axis=1) * self.scale}
+
+    module = Scaled()
+    tf.saved_model.save(module, path, signatures={"serving_default": module.serve})
+
+
+def test_a_model_saved_again_at_the_same_path_scores_with_its_new_weights(spark, tmp_path):
+    """Python workers that loaded the old model must not keep scoring with it."""
+    path = str(tmp_path / "scaled")
+    df, X = _vectors(spark, n=200, partitions=4)
+    for scale in (1.0, -3.0, 5.0):
+        _affine_savedmodel(path, scale)
+        model = TFModel(modelPath=path, inputMapping={"x": "x"}, outputMapping={"y": "y"})
+        for scored in (model.transform(df), df.select("id", model.udf()("x").alias("y"))):
+            rows = scored.orderBy("id").collect()
+            np.testing.assert_allclose([r.y for r in rows], X.sum(axis=1) * scale, rtol=1e-5)
+
+
+def test_the_signature_is_read_without_loading_the_model_and_leaves_nothing(spark, tmp_path):
+    import glob
+    import os
+    import shutil
+    import tempfile
+    path = str(tmp_path / "scaled")
+    _affine_savedmodel(path, 2.0)
+    shutil.rmtree(os.path.join(path, "variables"))  # a full load would fail
+    pattern = os.path.join(tempfile.gettempdir(), "sparktf-model-*")
+    before = set(glob.glob(pattern))
+    df, _ = _vectors(spark, n=10, partitions=1)
+    model = TFModel(modelPath=path, inputMapping={"x": "x"}, outputMapping={"y": "y"})
+    for _ in range(3):
+        assert model.transform(df).columns == ["id", "x", "y"]
+        model.udf()
+    assert set(glob.glob(pattern)) == before

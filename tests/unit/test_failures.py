@@ -3,8 +3,8 @@
 import pytest
 
 from sparktf import failures
-from sparktf.errors import (ClusterCapacityError, InvalidInputError, JobTimeoutError,
-                            SparkTFError, TaskFailedError, TaskStalledError)
+from sparktf.errors import (ClusterCapacityError, ExecutorLostError, InvalidInputError,
+                            JobTimeoutError, SparkTFError, TaskFailedError, TaskStalledError)
 
 KILLED = "the task's process exited with code -9 before reporting a result (killed?)"
 
@@ -15,6 +15,10 @@ KILLED = "the task's process exited with code -9 before reporting a result (kill
     ("sparktf-port-conflict: UnknownError: Could not start gRPC server", True),
     ("ValueError: bad shape in my callback", False),
     ("TypeError: modelFn must return a compiled keras.Model", False),
+    # a user's exception inside tf.py_function or Dataset.from_generator arrives so
+    ("UnknownError: {{function_node __inference_train_step_123}} ValueError: row check "
+     "failed\nTraceback (most recent call last): ...", False),
+    ("InternalError: Failed copying input tensor", False),
 ])
 def test_infrastructure_failures_are_told_from_user_errors(message, infra):
     assert failures.is_infrastructure(message) is infra
@@ -25,6 +29,12 @@ def test_the_user_exception_is_the_primary_failure_not_the_peers_collective_erro
               1: {"message": "ValueError: boom"}}
     assert failures.primary_failure(errors) == 1
     assert failures.primary_failure({0: {"message": KILLED}, 1: {"message": KILLED}}) == 0
+    # a Python exception rather than the TensorFlow error a peer got from it
+    assert failures.primary_failure({0: {"message": "UnknownError: ValueError: boom"},
+                                     1: {"message": "ValueError: boom"}}) == 1
+    # a rank that died explains whatever its peers' collectives then raised
+    assert failures.primary_failure({0: {"message": "InternalError: collective failed"},
+                                     1: {"message": KILLED}}) == 1
 
 
 def test_policy_relaunches_infrastructure_failures_up_to_max_retries():
@@ -33,15 +43,27 @@ def test_policy_relaunches_infrastructure_failures_up_to_max_retries():
     assert policy.decide(killed, 0).retry and policy.decide(killed, 1).retry
     final = policy.decide(killed, 2)
     assert not final.retry and "maxRetries=2" in final.reason
-    assert policy.decide(SparkTFError("executor lost"), 0).retry
+    assert policy.decide(ExecutorLostError("an executor was lost"), 0).retry
     assert policy.decide(TaskStalledError(0, "worker:0", "no progress"), 0).retry
 
 
 @pytest.mark.parametrize("failure", [
     TaskFailedError(0, "worker:0", "ValueError: bad"),
+    TaskFailedError(0, "worker:0", "UnknownError: ValueError: raised in tf.py_function"),
+    SparkTFError("the stage failed before any task reported an error: a UDF raised"),
     InvalidInputError("bad column"),
     ClusterCapacityError("too few slots"),
     JobTimeoutError("too slow"),
 ])
 def test_policy_gives_up_on_what_would_fail_again(failure):
     assert not failures.FailurePolicy(max_retries=5).decide(failure, 0).retry
+
+
+@pytest.mark.parametrize("text,lost", [
+    ("Job aborted due to stage failure: ... ExecutorLostFailure (executor 1 exited caused by "
+     "one of the running tasks) Reason: Command exited with code 137", True),
+    ("Job aborted due to stage failure: ... org.apache.spark.api.python.PythonException: "
+     "Traceback ... ZeroDivisionError: division by zero", False),
+])
+def test_only_spark_reports_of_a_lost_executor_count_as_one(text, lost):
+    assert failures.is_executor_lost(text) is lost

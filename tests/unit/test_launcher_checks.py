@@ -50,9 +50,29 @@ def test_non_callable_main_fn_is_refused():
     ("local-cluster[3, 2, 512]", {}, 6),
     ("spark://h:7077", {"spark.executor.instances": "4", "spark.executor.cores": "2"}, 8),
     ("yarn", {}, None),
+    # GPUs limit the slots too: two GPUs and one core per executor is one slot each
+    ("local-cluster[2,1,1024]", {"spark.executor.resource.gpu.amount": "2",
+                                 "spark.task.resource.gpu.amount": "1"}, 2),
+    ("local-cluster[2,4,1024]", {"spark.executor.resource.gpu.amount": "2",
+                                 "spark.task.resource.gpu.amount": "1"}, 4),
+    ("local-cluster[1,4,1024]", {"spark.executor.resource.gpu.amount": "1",
+                                 "spark.task.resource.gpu.amount": "0.5"}, 2),
+    ("spark://h:7077", {"spark.executor.instances": "3", "spark.executor.cores": "8",
+                        "spark.executor.resource.gpu.amount": "4",
+                        "spark.task.resource.gpu.amount": "2"}, 6),
 ])
 def test_expected_slots(master, conf, slots):
     assert cluster_check.expected_slots(master, conf) == slots
+
+
+def test_executors_that_cannot_start_are_named_at_once():
+    conf = {"spark.executor.resource.gpu.amount": "2", "spark.task.resource.gpu.amount": "1"}
+    reason = cluster_check.unplaceable("local-cluster[2,1,1024]", conf)
+    assert "spark.executor.resource.gpu.amount=2" in reason
+    assert "Set spark.worker.resource.gpu.amount" in reason
+    conf["spark.worker.resource.gpu.amount"] = "2"
+    assert cluster_check.unplaceable("local-cluster[2,1,1024]", conf) is None
+    assert cluster_check.unplaceable("spark://h:7077", {}) is None
 
 
 def test_event_channel_delivers_events_and_acknowledges():
@@ -159,6 +179,15 @@ def test_a_waiting_task_is_not_released_by_shutdown():
             target=lambda: outcome.append(client.send({"kind": "done", "ack": True},
                                                       wait_ack=True)))
         thread.start()
-    thread.join(10)
+        # rank 1 learns that rank 0 is done: rank 0 now waits at the exit barrier, so the
+        # shutdown below meets a waiting task (not one whose message it never read)
+        with EventClient(server.address, server.secret, rank=1) as observer:
+            assert observer.request({"kind": "await_epoch", "after": 0}) == \
+                {"epoch": 0, "finished": True}
+        # the first step of shutting down, alone: the connections stay up, so a release
+        # (an acknowledgement) would reach the task now
+        server._server.close_barrier()
+        thread.join(10)
     client.close()
+    assert not thread.is_alive()
     assert outcome == [False]  # the stage is failing: no release, the task fails instead

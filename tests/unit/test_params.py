@@ -57,7 +57,11 @@ def test_constructor_set_params_and_setters_agree():
     ("batchSize", -5, "Received: batchSize=-5"),
     ("learningRate", 0, "learningRate must be a positive number. Received: learningRate=0"),
     ("validationFraction", 1.0, "Received: validationFraction=1.0"),
-    ("useGpu", "maybe", "useGpu must be one of ['auto', True, False]"),
+    ("useGpu", "maybe", "useGpu must be 'auto', True or False. Received: useGpu='maybe'"),
+    ("useGpu", 1, "useGpu must be 'auto', True or False"),
+    ("taskGpus", 1.5, "taskGpus must be a fraction in (0, 1] or a whole number"),
+    ("taskGpus", 0, "Received: taskGpus=0"),
+    ("taskCpus", 1.5, "taskCpus must be an integer >= 1"),
     ("inputMode", "files", "inputMode must be one of ['stream', 'parquet']"),
     ("modelFn", 42, "modelFn must be a callable"),
     ("callbacks", [object()], "keras.callbacks.Callback"),
@@ -88,3 +92,34 @@ def test_model_history_and_mappings_are_params():
     assert model.copy().getInputMapping() == {"f": "x"}
     assert model.featureColumns() == ["features"]
     assert TFModel(inputCols=["a", "b"]).featureColumns() == ["a", "b"]
+
+
+@pytest.mark.parametrize("given,inside", [("true", True), ("TRUE", True), (True, True),
+                                          ("false", False), (False, False),
+                                          ("Auto", "auto"), ("auto", "auto")])
+def test_use_gpu_has_one_representation_inside(given, inside):
+    from sparktf import launcher
+    from sparktf.runtime import gpu
+    for value in (TFEstimator(useGpu=given).getUseGpu(), TFModel(useGpu=given).getUseGpu(),
+                  gpu.use_gpu_value(given)):
+        assert value == inside and type(value) is type(inside)
+    launcher.validate_launch(1, 0, given, None)  # run() takes the same values
+
+
+@pytest.mark.parametrize("amount", [0.25, 0.5, 1, 1.0, 2, 4])
+def test_task_gpus_takes_the_amounts_spark_takes(amount):
+    assert TFEstimator(taskGpus=amount).getTaskGpus() == float(amount)
+
+
+def test_the_default_seed_is_the_same_in_every_python_process():
+    import os
+    import subprocess
+    import sys
+    code = "from sparktf.ml import TFEstimator; print(TFEstimator().getSeed())"
+    seeds = set()
+    for hash_seed in ("1", "2", "random"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, check=True)
+        seeds.add(int(out.stdout.strip()))
+    assert seeds == {TFEstimator().getSeed()}, seeds

@@ -41,6 +41,19 @@ def test_ranks_are_only_watched_after_their_first_heartbeat():
         assert not fired.wait(0.6)  # nobody has started training yet
 
 
+def test_a_finished_rank_is_no_longer_watched():
+    """Rank 1 finished and waits at the exit barrier; rank 0 keeps working (exporting)."""
+    fired = threading.Event()
+    with watchdog.Watchdog(0.3, lambda rank, last: fired.set()) as dog:
+        dog.beat(1, {"where": "training", "epoch": 1, "step": 3})
+        dog.beat(1, {"where": watchdog.FINISHED})
+        dog.beat(1, {"where": "training", "epoch": 1})  # late: ignored
+        for _ in range(6):  # rank 0 makes progress for 0.6 s, twice the timeout
+            dog.beat(0, {"where": "exporting", "epoch": 1})
+            assert not fired.wait(0.1), "a finished rank was taken for a stalled one"
+        assert fired.wait(10)  # rank 0 itself still is watched
+
+
 def test_describe_says_where_a_rank_was():
     assert watchdog.describe({"where": "callbacks", "epoch": 2}) == "in Keras callbacks (epoch 2)"
     assert watchdog.describe({"where": "training", "epoch": 1, "step": 7}) == \

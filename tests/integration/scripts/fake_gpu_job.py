@@ -32,10 +32,10 @@ def inference_probe(batches):
     for _ in batches:
         pass
     before = os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>")
-    started = inference.start_tensorflow("auto")
+    inference.start_tensorflow()
     resource = TaskContext.get().resources().get("gpu")
     yield pd.DataFrame({"assigned": [",".join(resource.addresses) if resource else ""],
-                        "cuda": [started["CUDA_VISIBLE_DEVICES"] if started else None],
+                        "device": [inference.task_device("auto")],
                         "before": [before],
                         "after": [os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>")]})
 
@@ -67,7 +67,7 @@ def main() -> int:
         training = sparktf.run(spark, training_main, numWorkers=2, useGpu=True)
         sparktf.cluster_check.ensure_executor_python(spark.sparkContext)
         inference = [r.asDict() for r in spark.range(0, 2, 1, 2).mapInPandas(
-            inference_probe, "assigned string, cuda string, before string, after string"
+            inference_probe, "assigned string, device string, before string, after string"
         ).collect()]
         # the same Python workers again: nothing of the scoring may reach a later fit
         again = sparktf.run(spark, training_main, numWorkers=2, useGpu=True)
