@@ -1,4 +1,4 @@
-"""20 consecutive fits in one driver, some failing, leave nothing behind."""
+"""12 consecutive fits in one driver, some failing, leave nothing behind."""
 
 import gc
 import resource
@@ -12,7 +12,7 @@ from tests.conftest import child_pids, wait_gone
 from tests.integration import data, models
 
 pytestmark = pytest.mark.timeout(900)
-FITS = 20
+FITS = 12
 
 
 def broken(hparams):
@@ -39,7 +39,7 @@ def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def test_twenty_fits_including_failures_leave_no_processes_ports_or_threads(spark, capsys):
+def test_a_dozen_fits_including_failures_leave_no_processes_ports_or_threads(spark, capsys):
     X, y = data.linear_rows(300)
     df = spark.createDataFrame(data.rows(X, y), "features array<double>, label double").cache()
     df.count()
