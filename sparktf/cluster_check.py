@@ -83,44 +83,43 @@ def unplaceable(master: str, conf: dict[str, str]) -> str | None:
     return None
 
 
-def current_slots(sc) -> int:
-    """Concurrent task slots the registered executors offer now (Spark's own count)."""
-    jsc = sc._jsc.sc()
-    profile = jsc.resourceProfileManager().defaultResourceProfile()
-    return int(jsc.maxNumConcurrentTasks(profile))
-
-
-def check_capacity(sc, num_tasks: int, what: str, scale=None) -> int:
+def check_capacity(session, num_tasks: int, what: str, scale=None) -> int:
     """The concurrent task slots the stage has; ``ClusterCapacityError`` unless ``num_tasks``
     barrier tasks can run at once.
 
     When the master will offer enough slots but some executors have not
-    registered yet (a session just started), waits for them, bounded. ``scale(sc,
+    registered yet (a session just started), waits for them, bounded. ``scale(conf,
     slots)`` turns default-profile slots into the stage's (a ResourceProfile asking for
-    more CPUs per task fits fewer tasks).
+    more CPUs per task fits fewer tasks). On Spark Connect, which cannot tell the
+    registered slots, the configured ones decide (and Spark's own barrier check after).
     """
     scale_given = scale is not None
-    scale = scale or (lambda _sc, slots: slots)
-    conf = dict(sc.getConf().getAll())
+    scale = scale or (lambda _conf, slots: slots)
+    conf = session.conf()
+    master = session.master
     if conf.get("spark.dynamicAllocation.enabled", "false").lower() == "true":
         raise ClusterCapacityError(
             f"{what} runs a barrier stage, which Spark cannot run with dynamic allocation. "
             "Set spark.dynamicAllocation.enabled=false (and a fixed "
             "spark.executor.instances) for this application.")
-    have = scale(sc, current_slots(sc))
+    now = session.slots_now()
+    have = scale(conf, now) if now is not None else 0
     if have >= num_tasks:
         return have
-    reason = unplaceable(sc.master, conf)
+    reason = unplaceable(master, conf)
     if reason:
         raise ClusterCapacityError(f"{what} cannot start: {reason}.")
-    expected = expected_slots(sc.master, conf)
-    expected = scale(sc, expected) if expected is not None else None
-    settings = (f"master={sc.master}, spark.task.cpus={conf.get('spark.task.cpus', '1')}" +
+    expected = expected_slots(master, conf)
+    expected = scale(conf, expected) if expected is not None else None
+    if now is None:  # Spark Connect: only the configuration can tell
+        if expected is None or expected >= num_tasks:
+            return expected if expected is not None else num_tasks
+    settings = (f"master={master}, spark.task.cpus={conf.get('spark.task.cpus', '1')}" +
                 "".join(f", {k}={v}" for k, v in sorted(conf.items())
                         if re.fullmatch(r"spark\.(task|executor)\.resource\..+\.amount", k)) +
                 (", with the CPUs per task asked for" if scale_given else ""))
-    if expected is not None and expected >= num_tasks:
-        have = _await_slots(sc, num_tasks, EXECUTOR_START_TIMEOUT_S, scale)
+    if expected is not None and expected >= num_tasks and now is not None:
+        have = _await_slots(session, num_tasks, EXECUTOR_START_TIMEOUT_S, scale)
         if have >= num_tasks:
             return have
         raise ClusterCapacityError(
@@ -136,37 +135,51 @@ def check_capacity(sc, num_tasks: int, what: str, scale=None) -> int:
         "executors, cores or GPUs.")
 
 
-def _await_slots(sc, num_tasks: int, timeout_s: float, scale) -> int:
+def _await_slots(session, num_tasks: int, timeout_s: float, scale) -> int:
     # PySpark has no blocking "executor registered" call, so this waits in short,
     # bounded steps; it only runs while a just-started session's executors come up.
+    conf = session.conf()
     logger.info("sparktf: waiting for executors to register (%d of %d slots so far)",
-                current_slots(sc), num_tasks)
+                session.slots_now(), num_tasks)
     deadline = time.monotonic() + timeout_s
     tick = threading.Event()
-    have = scale(sc, current_slots(sc))
+    have = scale(conf, session.slots_now())
     while have < num_tasks and time.monotonic() < deadline:
         tick.wait(0.25)
-        have = scale(sc, current_slots(sc))
+        have = scale(conf, session.slots_now())
     return have
 
 
-def ensure_executor_python(sc) -> None:
-    """Makes the app's Python workers use the driver's interpreter where that is safe.
+@contextlib.contextmanager
+def executor_python(session) -> Iterator[None]:
+    """Python functions that sparktf creates inside the block (its barrier stage, its
+    scoring UDFs) run on the executors with the driver's interpreter, where that is safe.
 
     When neither PYSPARK_PYTHON nor spark.pyspark.python is set, Spark starts
     ``python3`` on the executors, which usually lacks TensorFlow. On local and
     local-cluster masters the executors share this machine, so the driver's own
-    interpreter (which has sparktf) is the right one for every Python UDF of the
-    app, including ``TFModel.udf()`` registered for SQL. Elsewhere the user's
-    setting stands, and a worker without sparktf gets ``ExecutorEnvironmentError``.
+    interpreter (which has sparktf) is the right one. PySpark reads the interpreter
+    when it creates a Python function, so sparktf's functions keep it and the
+    application's other UDFs keep Spark's default: nothing global changes. Elsewhere
+    the user's setting stands, and a worker without sparktf gets
+    ``ExecutorEnvironmentError``. A Spark Connect client cannot choose: the server's
+    configuration decides.
     """
-    user_set = (os.environ.get("PYSPARK_PYTHON")
-                or sc.getConf().get("spark.pyspark.python", None))
-    if user_set or not sc.master.startswith("local") or sc.pythonExec == sys.executable:
+    sc = session.sc
+    user_set = (os.environ.get("PYSPARK_PYTHON") or session.get("spark.pyspark.python"))
+    if session.connect or user_set or not sc.master.startswith("local") \
+            or sc.pythonExec == sys.executable:
+        yield
         return
-    logger.info("sparktf: PYSPARK_PYTHON is not set; Python workers of this %s app will use "
-                "%s", sc.master, sys.executable)
-    sc.pythonExec = sys.executable
+    with _PYTHON_EXEC_LOCK:
+        saved, sc.pythonExec = sc.pythonExec, sys.executable
+        try:
+            yield
+        finally:
+            sc.pythonExec = saved
+
+
+_PYTHON_EXEC_LOCK = threading.RLock()
 
 
 class SlotGate:

@@ -11,13 +11,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import re
 import threading
 import uuid
 from typing import Any, Callable, Sequence
 
 import cloudpickle
 
-from sparktf import cluster_check, failures, pickling, routing, watchdog
+from sparktf import cluster_check, failures, pickling, routing, sessions, watchdog
 from sparktf.channel import EventServer
 from sparktf.errors import (ClusterFormationError, ExecutorEnvironmentError, ExecutorLostError,
                             InvalidInputError, JobTimeoutError, SparkTFError, TaskFailedError,
@@ -156,43 +157,43 @@ def launch(spark, payload: bytes, *, num_workers: int, num_ps: int = 0, df=None,
     long stops the stage with ``TaskStalledError``.
     """
     _ensure_log_handler()
-    sc = spark.sparkContext
+    session = sessions.Session(spark)
+    conf = session.conf()
     use_gpu = gpu.use_gpu_value(use_gpu)
     stage = _Stage(payload, num_workers, num_ps, tuple(columns), split_column, use_gpu,
                    model_dir, timeout, what, stall_timeout, parquet_uri, evaluator, resources)
-    cluster_check.check_security(dict(sc.getConf().getAll()), what)
+    cluster_check.check_security(conf, what)
     if resources is not None:
-        resources.check(sc)
-    slots = cluster_check.check_capacity(sc, stage.num_tasks, what,
+        resources.check(conf)
+    slots = cluster_check.check_capacity(session, stage.num_tasks, what,
                                          resources.slots if resources is not None else None)
     if use_gpu is True and not (resources is not None and resources.gpus):
-        check_gpu_conf(sc)
-    elif use_gpu == "auto" and not gpus_scheduled(sc):
+        check_gpu_conf(conf)
+    elif use_gpu == "auto" and not gpus_scheduled(conf):
         logger.info("sparktf: %s runs on CPU: Spark schedules no GPUs "
                     "(spark.task.resource.gpu.amount is not set)", what)
-    cluster_check.ensure_executor_python(sc)
     with cluster_check.SlotGate.hold(stage.num_tasks, slots, what):
-        rows = _run_stage(spark, stage, df, _EventCollector(on_event))
+        rows = _run_stage(session, stage, df, _EventCollector(on_event))
     results = sorted(((r["rank"], r["result"]) for r in rows))
     return [cloudpickle.loads(blob) for _, blob in results]
 
 
-def _run_stage(spark, stage: _Stage, df, collector: "_EventCollector"):
+def _run_stage(session: sessions.Session, stage: _Stage, df, collector: "_EventCollector"):
     """Runs the barrier stage, forming the cluster again if a port was taken, and with a
     shuffle before it if Spark cannot run a barrier stage on the input's own plan."""
-    sc = spark.sparkContext
-    host = sc.getConf().get("spark.driver.host", "127.0.0.1")
-    frame = routing.input_frame(spark, df, stage.layout, stage.split_column)
+    host = session.get("spark.driver.host", "127.0.0.1")
+    frame = routing.input_frame(session.spark, df, stage.layout, stage.split_column)
     attempt = 0
     while True:
         attempt += 1
         collector.reset()
         tag = f"sparktf-{uuid.uuid4().hex[:12]}"
         with EventServer(host, collector, stage.num_tasks) as server, \
-                _watching(sc, stage, collector, tag):
-            job = _barrier_job(frame, stage.task_spec(server), stage.resources)
+                _watching(session, stage, collector, tag):
+            with cluster_check.executor_python(session):
+                job = _barrier_job(frame, stage.task_spec(server), stage.resources)
             try:
-                return _collect(sc, job, stage.timeout, stage.what, tag)
+                return _collect(session, job, stage.timeout, stage.what, tag)
             except JobTimeoutError:
                 raise
             except Exception as e:
@@ -237,7 +238,8 @@ def _barrier_job(frame, spec: task_runtime.TaskSpec, resources: TaskResources | 
 
 
 @contextlib.contextmanager
-def _watching(sc, stage: _Stage, collector: "_EventCollector", tag: str):
+def _watching(session: sessions.Session, stage: _Stage, collector: "_EventCollector",
+              tag: str):
     """Watches heartbeats while the stage runs; a stall cancels the stage's jobs."""
     if not stage.stall_timeout:
         yield
@@ -245,7 +247,7 @@ def _watching(sc, stage: _Stage, collector: "_EventCollector", tag: str):
 
     def on_stall(rank: int, last: dict) -> None:
         collector.stalled = (rank, last)
-        sc.cancelJobsWithTag(tag)
+        session.cancel_tag(tag)
 
     with Watchdog(stage.stall_timeout, on_stall) as dog:
         collector.watchdog = dog
@@ -265,16 +267,16 @@ def _stall_error(stage: _Stage, rank: int, last: dict) -> TaskStalledError:
     return TaskStalledError(rank, event.get("role", "?"), message)
 
 
-def _collect(sc, job, timeout: float | None, what: str, tag: str):
+def _collect(session: sessions.Session, job, timeout: float | None, what: str, tag: str):
     """Collects the job under job tag ``tag``; cancels it after ``timeout`` seconds."""
     timed_out = threading.Event()
 
     def cancel():
         timed_out.set()
-        sc.cancelJobsWithTag(tag)
+        session.cancel_tag(tag)
 
     timer = threading.Timer(timeout, cancel) if timeout else None
-    sc.addJobTag(tag)
+    session.add_tag(tag)
     try:
         if timer:
             timer.daemon = True
@@ -290,7 +292,7 @@ def _collect(sc, job, timeout: float | None, what: str, tag: str):
         if timer:
             timer.cancel()
             timer.join()
-        sc.removeJobTag(tag)
+        session.remove_tag(tag)
 
 
 class _EventCollector:
@@ -339,7 +341,7 @@ def _translate(exc: Exception, errors: dict[int, dict], what: str) -> SparkTFErr
         return TaskFailedError(first, info.get("role", "?"), info.get("message", ""),
                                info.get("traceback", ""), info.get("log_tail", ""))
     text = str(exc)
-    if "No module named 'sparktf'" in text or "No module named 'tensorflow'" in text:
+    if re.search(r"No module named '(sparktf|tensorflow|pyarrow|pandas|cloudpickle)'", text):
         return ExecutorEnvironmentError(
             "The executors' Python cannot import sparktf/TensorFlow. Set PYSPARK_PYTHON (or "
             "spark.pyspark.python) to an interpreter that has sparktf installed on every "

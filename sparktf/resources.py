@@ -33,17 +33,17 @@ class TaskResources:
             requests.resource("gpu", float(self.gpus))
         return ResourceProfileBuilder().require(requests).build
 
-    def slots(self, sc, default_slots: int) -> int:
+    def slots(self, conf: dict[str, str], default_slots: int) -> int:
         """Concurrent tasks of this profile, from the default profile's slots."""
-        return self.scale(default_slots, int(sc.getConf().get("spark.task.cpus", "1")))
+        return self.scale(default_slots, int(conf.get("spark.task.cpus", "1")))
 
     def scale(self, slots: int, default_cpus: int) -> int:
         """``slots`` tasks of ``default_cpus`` CPUs each, as tasks of this profile."""
         return slots if self.cpus is None else slots * default_cpus // self.cpus
 
-    def check(self, sc) -> None:
+    def check(self, conf: dict[str, str]) -> None:
         """Refuses GPU requests that no executor can satisfy, before the stage starts."""
-        if self.gpus and not sc.getConf().get("spark.executor.resource.gpu.amount"):
+        if self.gpus and not conf.get("spark.executor.resource.gpu.amount"):
             raise InvalidInputError(
                 f"taskGpus={self.gpus} asks for GPUs, but the executors have none: set "
                 "spark.executor.resource.gpu.amount and "
@@ -69,13 +69,13 @@ def task_gpus(value) -> float:
     return float(value)
 
 
-def gpus_scheduled(sc) -> bool:
-    amount = sc.getConf().get("spark.task.resource.gpu.amount", None)
+def gpus_scheduled(conf: dict[str, str]) -> bool:
+    amount = conf.get("spark.task.resource.gpu.amount", None)
     return bool(amount) and float(amount) > 0
 
 
-def check_gpu_conf(sc) -> None:
-    if not gpus_scheduled(sc):
+def check_gpu_conf(conf: dict[str, str]) -> None:
+    if not gpus_scheduled(conf):
         raise InvalidInputError(
             "useGpu=True, but Spark is not scheduling GPUs: spark.task.resource.gpu.amount is "
             "not set. Set spark.executor.resource.gpu.amount, spark.task.resource.gpu.amount "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from sparktf import sessions
 from sparktf.errors import ClusterFormationError
 from sparktf.runtime import cluster
 
@@ -13,7 +14,7 @@ def input_frame(spark, df, plan: cluster.Layout, split_column: str | None):
     if df is None:
         return spark.range(0, plan.num_tasks, 1, plan.num_tasks)
     if plan.simple:
-        if df.rdd.getNumPartitions() == plan.num_tasks:
+        if sessions.num_partitions(df) == plan.num_tasks:
             return df  # tried as it is; see is_barrier_chain_error
         return shuffled(df, plan.num_tasks)
     return _routed(spark, df, plan, split_column)

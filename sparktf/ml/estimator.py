@@ -16,7 +16,7 @@ from pyspark.ml.util import MLReadable, MLWritable
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from sparktf import failures, launcher, pickling, tensorboard
+from sparktf import failures, launcher, pickling, sessions, tensorboard
 from sparktf.errors import InvalidInputError, SparkTFError
 from sparktf.ml import parquet_copy, schema
 from sparktf.ml.model import TFModel
@@ -100,7 +100,7 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
 
     def _fit(self, dataset: DataFrame) -> TFModel:
         self._validate(dataset)
-        run_dir = self._run_dir(dataset.sparkSession.sparkContext.master)
+        run_dir = self._run_dir(sessions.Session(dataset.sparkSession).master)
         spec = self._train_spec(run_dir)
         payload = pickling.pickle_main(training.train_main, spec,
                                        also=[spec.model_fn, *spec.callbacks])

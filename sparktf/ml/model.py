@@ -11,7 +11,7 @@ from pyspark.ml.functions import array_to_vector
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
-from sparktf import cluster_check
+from sparktf import cluster_check, sessions
 from sparktf.errors import InvalidInputError
 from sparktf.ml import schema
 from sparktf.ml.params import _TFModelParams, add_setters, without_none
@@ -88,10 +88,11 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
             if field.name in dataset.columns:
                 raise InvalidInputError(f"The output column '{field.name}' already exists in "
                                         "the DataFrame; choose another column name.")
-        cluster_check.ensure_executor_python(dataset.sparkSession.sparkContext)
-        score = _arrow_udf(spec, T.StructType(fields),
-                           lambda names, arrays: pa_struct(names, arrays))
-        scored = dataset.withColumn(_OUTPUTS, score(*[dataset[b.column] for b in spec.inputs]))
+        with cluster_check.executor_python(sessions.Session(dataset.sparkSession)):
+            score = _arrow_udf(spec, T.StructType(fields),
+                               lambda names, arrays: pa_struct(names, arrays))
+            scored = dataset.withColumn(_OUTPUTS,
+                                        score(*[dataset[b.column] for b in spec.inputs]))
         columns = [scored[c] for c in dataset.columns]
         for field in fields:
             value = scored[_OUTPUTS][field.name]
@@ -118,9 +119,13 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
             raise InvalidInputError("udf() returns one value per row: the model needs a single "
                                     "output or an outputMapping with one scalar output.")
         session = SparkSession.getActiveSession()
-        if session is not None:
-            cluster_check.ensure_executor_python(session.sparkContext)
-        return _arrow_udf(spec, return_type, lambda names, arrays: arrays[names.index(take)])
+        if session is None or sessions.is_connect(session):
+            return _arrow_udf(spec, return_type, lambda names, arrays: arrays[names.index(take)])
+        with cluster_check.executor_python(sessions.Session(session)):
+            function = _arrow_udf(spec, return_type,
+                                  lambda names, arrays: arrays[names.index(take)])
+            function._judf  # PySpark takes the executors' interpreter when it makes this
+        return function
 
     def _score_spec(self, df_schema: T.StructType | None) -> inference.ScoreSpec:
         """Bindings of columns to signature inputs and outputs to columns, checked."""
