@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 import time
 
 N_FEATURES = 28
@@ -12,7 +13,9 @@ def session(master: str = "local-cluster[2,1,2048]", **conf):
     from pyspark.sql import SparkSession
 
     builder = (SparkSession.builder.master(master).appName("sparktf-bench")
-               .config("spark.ui.enabled", "false").config("spark.driver.memory", "2g"))
+               .config("spark.ui.enabled", "false").config("spark.driver.memory", "2g")
+               # every job of the bench (baselines too) runs this interpreter's packages
+               .config("spark.pyspark.python", sys.executable))
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

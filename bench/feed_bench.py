@@ -164,8 +164,6 @@ def main() -> int:
         return 0
 
     spark = common.session()
-    from sparktf.cluster_check import ensure_executor_python
-    ensure_executor_python(spark.sparkContext)
     small, large = sorted(args.rows)
     try:
         warm = common.higgs_like(spark, 100_000).cache()

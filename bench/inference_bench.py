@@ -65,10 +65,7 @@ def _with_session(rows, make_scored, column):
     from pyspark.sql import functions as F
     from pyspark.sql.types import NumericType
 
-    from sparktf.cluster_check import ensure_executor_python
-
     spark = common.session()
-    ensure_executor_python(spark.sparkContext)
     try:
         df = common.higgs_like(spark, rows).select("features").cache()
         assert df.count() == rows

@@ -182,6 +182,21 @@ def executor_python(session) -> Iterator[None]:
 _PYTHON_EXEC_LOCK = threading.RLock()
 
 
+def app_executor_python(session) -> None:
+    """``executor_python`` for the rest of the application: what ``TFModel.udf()`` needs,
+    because ``spark.udf.register`` makes its own copy of the function later, with the
+    application's interpreter. Logged, since it changes every later Python UDF too."""
+    sc = session.sc
+    user_set = (os.environ.get("PYSPARK_PYTHON") or session.get("spark.pyspark.python"))
+    if session.connect or user_set or not sc.master.startswith("local") \
+            or sc.pythonExec == sys.executable:
+        return
+    logger.info("sparktf: PYSPARK_PYTHON is not set; for TFModel.udf() the Python workers of "
+                "this %s app will use %s from now on", sc.master, sys.executable)
+    with _PYTHON_EXEC_LOCK:
+        sc.pythonExec = sys.executable
+
+
 class SlotGate:
     """Admits this driver's sparktf barrier stages while their tasks fit in the slots.
 

@@ -119,13 +119,9 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
             raise InvalidInputError("udf() returns one value per row: the model needs a single "
                                     "output or an outputMapping with one scalar output.")
         session = SparkSession.getActiveSession()
-        if session is None or sessions.is_connect(session):
-            return _arrow_udf(spec, return_type, lambda names, arrays: arrays[names.index(take)])
-        with cluster_check.executor_python(sessions.Session(session)):
-            function = _arrow_udf(spec, return_type,
-                                  lambda names, arrays: arrays[names.index(take)])
-            function._judf  # PySpark takes the executors' interpreter when it makes this
-        return function
+        if session is not None:
+            cluster_check.app_executor_python(sessions.Session(session))
+        return _arrow_udf(spec, return_type, lambda names, arrays: arrays[names.index(take)])
 
     def _score_spec(self, df_schema: T.StructType | None) -> inference.ScoreSpec:
         """Bindings of columns to signature inputs and outputs to columns, checked."""

@@ -12,7 +12,7 @@ import cloudpickle
 from pyspark.ml.util import DefaultParamsReader, DefaultParamsWriter, MLReader, MLWriter
 
 import sparktf
-from sparktf import pickling
+from sparktf import pickling, sessions
 from sparktf.errors import InvalidInputError
 from sparktf.runtime import storage
 
@@ -56,8 +56,15 @@ class _StageWriter(MLWriter):
         super().__init__()
         self.instance = instance
 
+    def _handleOverwrite(self, path: str) -> None:
+        if sessions.is_connect(self.sparkSession):  # pyspark's own asks the JVM
+            storage.remove_dir(path)
+        else:
+            super()._handleOverwrite(path)
+
     def saveImpl(self, path: str) -> None:
-        DefaultParamsWriter.saveMetadata(self.instance, path, self.sc, extraMetadata=_extra(),
+        DefaultParamsWriter.saveMetadata(self.instance, path, self.sparkSession,
+                                         extraMetadata=_extra(),
                                          paramMap=_json_params(self.instance))
         self.save_artifacts(path)
 
@@ -73,7 +80,7 @@ class _StageReader(MLReader):
         self.cls = cls
 
     def load(self, path: str):
-        instance = _load_instance(self.cls, path, self.sc)
+        instance = _load_instance(self.cls, path, self.sparkSession)
         self.load_artifacts(instance, path)
         return instance
 

@@ -54,6 +54,7 @@ def main() -> int:
 
     builder = (SparkSession.builder.master("local-cluster[2,1,1024]")
                .config("spark.ui.enabled", "false")
+               .config("spark.pyspark.python", sys.executable)  # for the probes' own UDFs
                .config("spark.worker.resource.gpu.amount", "3")
                .config("spark.worker.resource.gpu.discoveryScript", script)
                .config("spark.executor.resource.gpu.amount", "1")
@@ -65,7 +66,6 @@ def main() -> int:
     spark.sparkContext.setLogLevel("ERROR")
     try:
         training = sparktf.run(spark, training_main, numWorkers=2, useGpu=True)
-        sparktf.cluster_check.ensure_executor_python(spark.sparkContext)
         inference = [r.asDict() for r in spark.range(0, 2, 1, 2).mapInPandas(
             inference_probe, "assigned string, device string, before string, after string"
         ).collect()]

@@ -45,6 +45,7 @@ def _session(master, script, cores, worker_gpus=True):
     from pyspark.sql import SparkSession
     builder = (SparkSession.builder.master(master)
                .config("spark.ui.enabled", "false")
+               .config("spark.pyspark.python", sys.executable)  # for the probes' own UDFs
                .config("spark.executor.cores", str(cores))
                .config("spark.python.worker.reuse", "true"))
     if worker_gpus:
@@ -89,7 +90,6 @@ def main() -> int:
     spark = _session("local-cluster[1,2,1024]", script, 2)
     scoring = []
     try:
-        sparktf.cluster_check.ensure_executor_python(spark.sparkContext)
         for _ in range(10):
             scoring += [r.asDict() for r in spark.range(0, 2, 1, 2).mapInPandas(
                 scoring_probe, "pid long, assigned string, device string, visible string"

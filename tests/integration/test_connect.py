@@ -1,0 +1,61 @@
+"""sparktf from a Spark Connect client (``SparkSession.builder.remote``), for real.
+
+A local Connect server cannot share this test process with the classic session, so
+one client process (``scripts/connect_jobs.py``) runs every scenario and reports
+what it found; the tests check it.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "connect_jobs.py")
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+SCENARIOS = ["fit_transform", "run_with_df", "bad_input"]
+
+pytestmark = pytest.mark.timeout(900)
+
+
+@pytest.fixture(scope="module")
+def found(tmp_path_factory):
+    pytest.importorskip("zstandard", reason="pip install 'sparktf[connect]'")
+    env = {k: v for k, v in os.environ.items() if k != "PYSPARK_PYTHON"}
+    env["PYTHONPATH"] = ROOT
+    out = subprocess.run([sys.executable, SCRIPT, str(tmp_path_factory.mktemp("connect")),
+                          *SCENARIOS], capture_output=True, text=True, env=env, timeout=850)
+    results = {}
+    for line in out.stdout.splitlines():
+        if line.startswith("RESULT "):
+            name, value = line[len("RESULT "):].split(" ", 1)
+            results[name] = json.loads(value)
+    assert out.returncode == 0, f"exit {out.returncode}; stderr tail:\n{out.stderr[-4000:]}"
+    assert results.get("session", {}).get("type", "").startswith("pyspark.sql.connect")
+    return results
+
+
+def _ok(found, name):
+    result = found[name]
+    assert "failed" not in result, result["failed"]
+    return result
+
+
+def test_fit_with_validation_transform_evaluator_and_sql_on_connect(found):
+    result = _ok(found, "fit_transform")
+    history = result["history"]
+    assert len(history["loss"]) == 4 and history["loss"][-1] < history["loss"][0]
+    assert len(history["val_accuracy"]) == 4
+    assert result["accuracy"] > 0.85
+    assert result["sql_equals_transform"]
+
+
+def test_run_with_a_dataframe_on_connect(found):
+    assert sum(_ok(found, "run_with_df")["rows"]) == 500
+
+
+def test_bad_input_is_refused_on_connect_before_any_job(found):
+    result = _ok(found, "bad_input")
+    assert result["error"] == "InvalidInputError"
+    assert "Column 'label' has 1 null" in result["message"]
