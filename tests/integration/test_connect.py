@@ -14,7 +14,8 @@ import pytest
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "connect_jobs.py")
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-SCENARIOS = ["fit_transform", "run_with_df", "bad_input"]
+SCENARIOS = ["fit_transform", "run_with_df", "bad_input", "pipeline_persistence",
+             "cross_validator", "streaming"]
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -59,3 +60,21 @@ def test_bad_input_is_refused_on_connect_before_any_job(found):
     result = _ok(found, "bad_input")
     assert result["error"] == "InvalidInputError"
     assert "Column 'label' has 1 null" in result["message"]
+
+
+def test_pipeline_save_overwrite_and_load_on_connect(found):
+    result = _ok(found, "pipeline_persistence")
+    assert result["stages"] == ["VectorAssembler", "TFModel"]
+    assert result["same_predictions"]
+    assert result["loaded_estimator_epochs"] == 2
+
+
+def test_cross_validator_on_connect(found):
+    result = _ok(found, "cross_validator")
+    assert result["best"] == "TFModel"
+    assert result["avgMetrics"][1] > result["avgMetrics"][0] + 0.2
+
+
+def test_streaming_query_scored_into_a_memory_sink_on_connect(found):
+    result = _ok(found, "streaming")
+    assert result["rows"] == result["batch_rows"] > 0

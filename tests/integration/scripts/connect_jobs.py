@@ -74,8 +74,76 @@ def bad_input(spark, workdir):
         emit("bad_input", {"error": type(e).__name__, "message": str(e)})
 
 
+def pipeline_persistence(spark, workdir):
+    """A Pipeline (VectorAssembler + TFEstimator) fitted, saved, overwritten, loaded."""
+    from pyspark.ml import Pipeline, PipelineModel
+    from pyspark.ml.feature import VectorAssembler
+    from pyspark.ml.functions import vector_to_array
+
+    from sparktf.ml import TFEstimator
+    from tests.integration import models
+    train, test = digits(spark)
+    columns = [f"p{i}" for i in range(64)]
+    as_columns = [vector_to_array("features")[i].alias(c) for i, c in enumerate(columns)]
+    train = train.select("label", *as_columns)
+    test = test.select("label", *as_columns)
+    pipeline = Pipeline(stages=[
+        VectorAssembler(inputCols=columns, outputCol="features"),
+        TFEstimator(modelFn=models.digits_mlp, numWorkers=2, epochs=2, batchSize=64,
+                    learningRate=0.01, modelDir=os.path.join(workdir, "pipeline-fits"))])
+    fitted = pipeline.fit(train)
+    path = os.path.join(workdir, "pipeline")
+    fitted.write().save(path)
+    fitted.write().overwrite().save(path)
+    loaded = PipelineModel.load(path)
+    before = [r.prediction for r in fitted.transform(test).select("prediction").collect()]
+    after = [r.prediction for r in loaded.transform(test).select("prediction").collect()]
+    pipeline.write().overwrite().save(os.path.join(workdir, "unfitted"))
+    unfitted = Pipeline.load(os.path.join(workdir, "unfitted"))
+    emit("pipeline_persistence", {
+        "stages": [type(s).__name__ for s in loaded.stages],
+        "same_predictions": before == after,
+        "loaded_estimator_epochs": unfitted.getStages()[-1].getEpochs()})
+
+
+def cross_validator(spark, workdir):
+    from pyspark.ml.evaluation import MulticlassClassificationEvaluator
+    from pyspark.ml.tuning import CrossValidator, ParamGridBuilder
+
+    from sparktf.ml import TFEstimator
+    from tests.integration import models
+    train, _ = digits(spark)
+    est = TFEstimator(modelFn=models.digits_mlp, numWorkers=2, epochs=3, batchSize=64)
+    grid = ParamGridBuilder().addGrid(est.learningRate, [1e-5, 3e-3]).build()
+    cv = CrossValidator(estimator=est, estimatorParamMaps=grid, numFolds=2, seed=7,
+                        evaluator=MulticlassClassificationEvaluator(metricName="accuracy"))
+    model = cv.fit(train)
+    emit("cross_validator", {"avgMetrics": list(model.avgMetrics),
+                             "best": type(model.bestModel).__name__})
+
+
+def streaming(spark, workdir):
+    """A streaming DataFrame scored by TFModel.transform into a memory sink."""
+    from sparktf.ml import TFEstimator
+    from tests.integration import models
+    train, test = digits(spark)
+    model = TFEstimator(modelFn=models.digits_mlp, numWorkers=1, epochs=2, batchSize=64,
+                        learningRate=0.01).fit(train)
+    source = os.path.join(workdir, "stream-in")
+    test.write.parquet(source)
+    stream = spark.readStream.schema(test.schema).parquet(source)
+    query = (model.transform(stream).select("label", "prediction").writeStream
+             .format("memory").queryName("scored_digits").outputMode("append")
+             .trigger(availableNow=True).start())
+    query.awaitTermination(300)
+    rows = spark.sql("SELECT count(*) AS n FROM scored_digits").first()["n"]
+    batch = model.transform(test).count()
+    emit("streaming", {"rows": rows, "batch_rows": batch})
+
+
 SCENARIOS = {"fit_transform": fit_transform, "run_with_df": run_with_df,
-             "bad_input": bad_input}
+             "bad_input": bad_input, "pipeline_persistence": pipeline_persistence,
+             "cross_validator": cross_validator, "streaming": streaming}
 
 
 def main(argv):
