@@ -43,6 +43,7 @@ class _Handler(socketserver.StreamRequestHandler):
             logger.warning("sparktf: refused an event connection from %s without the job's "
                            "secret", self.client_address[0])
             return
+        server.note_connected()
         for line in self.rfile:
             try:
                 event = decode(line)
@@ -88,6 +89,7 @@ class _Server(socketserver.ThreadingTCPServer):
         self._done: set[int] = set()
         self._done_cond = threading.Condition()
         self._closing = False
+        self._connected = False
         self._epoch = 0
         self._serving: set[int] = set()
         super().__init__((host, 0), _Handler)
@@ -99,6 +101,19 @@ class _Server(socketserver.ThreadingTCPServer):
             self._done_cond.notify_all()
             self._done_cond.wait_for(lambda: len(self._done) >= self.num_tasks or self._closing)
             return not self._closing or len(self._done) >= self.num_tasks
+
+    def note_connected(self) -> None:
+        """A task presented the job's secret."""
+        with self._done_cond:
+            self._connected = True
+            self._done_cond.notify_all()
+
+    def await_connected(self, timeout_s: float) -> str:
+        """'connected' once a task has connected, 'closed' if the server shut down first,
+        else 'timeout' after ``timeout_s``."""
+        with self._done_cond:
+            self._done_cond.wait_for(lambda: self._connected or self._closing, timeout_s)
+            return "connected" if self._connected else "closed" if self._closing else "timeout"
 
     def note_epoch(self, epoch: int) -> None:
         """The chief reported (and checkpointed) ``epoch``."""
@@ -179,6 +194,10 @@ class EventServer:
     @property
     def secret(self) -> str:
         return self._server.secret
+
+    def await_connected(self, timeout_s: float) -> str:
+        """'connected', 'closed' or 'timeout': whether any task reached this channel."""
+        return self._server.await_connected(timeout_s)
 
     def __enter__(self) -> "EventServer":
         self._thread.start()

@@ -21,9 +21,9 @@ from sparktf.errors import (ClusterCapacityError, ExecutorEnvironmentError, Exec
 # and the errors TensorFlow gives a worker whose peer went away mid-collective.
 _DIED = re.compile(r"before reporting a result")
 _PEER_LOST = re.compile(
-    r"^(sparktf-port-conflict: )|^(UnavailableError|AbortedError|CancelledError|"
-    r"DeadlineExceededError)\b|Socket closed|Connection reset|failed to connect to all "
-    r"addresses")
+    r"^(sparktf-port-conflict: )|^TaskStalledError: |^(UnavailableError|AbortedError|"
+    r"CancelledError|DeadlineExceededError)\b|Socket closed|Connection reset|failed to "
+    r"connect to all addresses")
 # TensorFlow's own error classes: a Python exception raised in tf.py_function or a
 # dataset generator arrives as one of them (UnknownError), so they say nothing alone
 _OP_ERROR = re.compile(

@@ -141,7 +141,7 @@ class _Stage:
             use_gpu=self.use_gpu, model_dir=self.model_dir, columns=self.columns,
             split_column=self.split_column, parquet_uri=self.parquet_uri,
             event_address=server.address, event_secret=server.secret,
-            evaluator=self.evaluator)
+            evaluator=self.evaluator, stall_timeout=self.stall_timeout)
 
 
 def launch(spark, payload: bytes, *, num_workers: int, num_ps: int = 0, df=None,
@@ -181,7 +181,7 @@ def launch(spark, payload: bytes, *, num_workers: int, num_ps: int = 0, df=None,
 def _run_stage(session: sessions.Session, stage: _Stage, df, collector: "_EventCollector"):
     """Runs the barrier stage, forming the cluster again if a port was taken, and with a
     shuffle before it if Spark cannot run a barrier stage on the input's own plan."""
-    host = session.get("spark.driver.host", "127.0.0.1")
+    host = session.channel_host()
     frame = routing.input_frame(session.spark, df, stage.layout, stage.split_column)
     attempt = 0
     while True:
@@ -189,7 +189,7 @@ def _run_stage(session: sessions.Session, stage: _Stage, df, collector: "_EventC
         collector.reset()
         tag = f"sparktf-{uuid.uuid4().hex[:12]}"
         with EventServer(host, collector, stage.num_tasks) as server, \
-                _watching(session, stage, collector, tag):
+                _watching(session, stage, collector, tag), _reachability(server, stage):
             with cluster_check.executor_python(session):
                 job = _barrier_job(frame, stage.task_spec(server), stage.resources)
             try:
@@ -221,6 +221,30 @@ def _run_stage(session: sessions.Session, stage: _Stage, df, collector: "_EventC
                 logger.warning("sparktf: %s; forming the cluster again with new ports "
                                "(attempt %d of %d)", failure.message, attempt + 1,
                                PORT_CONFLICT_RETRIES)
+
+
+CHANNEL_GRACE_S = 90.0  # a task connects within seconds of starting; executors may queue
+
+
+@contextlib.contextmanager
+def _reachability(server: EventServer, stage: _Stage):
+    """Says once, in one log line, when no task reaches this driver's event channel."""
+    def watch():
+        if server.await_connected(CHANNEL_GRACE_S) == "timeout":
+            logger.warning(
+                "sparktf: no task of %s has reached this driver's event channel at %s:%d "
+                "after %.0f s (executors that cannot reach this client, e.g. across a Spark "
+                "Connect boundary). Training goes on: progress and worker logs stay in the "
+                "executor logs, and each task watches its own progress (stallTimeout). Set "
+                "%s to an address of this machine the executors can reach.", stage.what,
+                *server.address, CHANNEL_GRACE_S, sessions.CHANNEL_HOST_CONF)
+
+    thread = threading.Thread(target=watch, name="sparktf-channel-watch", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        pass  # the server's shutdown ends the wait
 
 
 def _is_port_conflict(failure: SparkTFError) -> bool:

@@ -8,6 +8,12 @@ driver path goes through ``Session`` so that both kinds work the same way.
 
 from __future__ import annotations
 
+import os
+import socket
+
+CHANNEL_HOST_CONF = "spark.sparktf.channelHost"
+CHANNEL_HOST_ENV = "SPARKTF_CHANNEL_HOST"
+
 
 def is_connect(spark) -> bool:
     """Whether ``spark`` is a Spark Connect client session."""
@@ -43,6 +49,28 @@ class Session:
     @property
     def master(self) -> str:
         return self.get("spark.master", "") or ""
+
+    def channel_host(self) -> str:
+        """The address of this driver process that the tasks connect back to (progress,
+        logs, heartbeats, the exit barrier).
+
+        ``SPARKTF_CHANNEL_HOST`` or ``spark.sparktf.channelHost`` when set. Otherwise a
+        classic driver's ``spark.driver.host``; a Spark Connect client's own address on
+        the interface it reaches the Connect server through (the executors share the
+        server's network, not necessarily the client's).
+        """
+        chosen = os.environ.get(CHANNEL_HOST_ENV) or self.get(CHANNEL_HOST_CONF)
+        if chosen:
+            return chosen
+        if not self.connect:
+            return self.get("spark.driver.host", "127.0.0.1") or "127.0.0.1"
+        server = self.spark.client.host
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            try:
+                probe.connect((server, 15002))  # UDP: chooses a route, sends nothing
+                return probe.getsockname()[0]
+            except OSError:
+                return socket.gethostbyname(socket.gethostname())
 
     def slots_now(self) -> int | None:
         """Concurrent task slots the registered executors offer now (Spark's own count);

@@ -11,6 +11,7 @@ blocking read of the child's output; the child dies with this process.
 from __future__ import annotations
 
 import collections
+import contextlib
 import ctypes
 import dataclasses
 import json
@@ -27,6 +28,7 @@ from typing import Iterator
 import cloudpickle
 import pyarrow as pa
 
+from sparktf import watchdog
 from sparktf.errors import TaskFailedError
 from sparktf.runtime import cluster, feed, gpu
 from sparktf.runtime.context import DONE_LINE, EVENT_MARKER, TaskContext
@@ -60,6 +62,7 @@ class TaskSpec:
     forward_all_ranks: bool = False
     child_env: tuple[tuple[str, str], ...] = ()
     evaluator: bool = False
+    stall_timeout: float | None = None  # watched here when the driver cannot be reached
 
     @property
     def roles(self) -> list[cluster.Role]:
@@ -197,6 +200,7 @@ class _Child:
         self.spec, self.rank, self.workdir, self.events = spec, rank, workdir, events
         self.result_path = os.path.join(workdir, "result.pkl")
         self.tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
+        self.dog = self.stalled = None  # the task's own watchdog (``_own_watchdog``)
         env = dict(os.environ)
         env.update(dict(spec.child_env))
         env.update({"CUDA_VISIBLE_DEVICES": devices, "TF_FORCE_GPU_ALLOW_GROWTH": "true",
@@ -244,24 +248,47 @@ class _Child:
         forward = self.spec.forward_all_ranks or ctx.isChief
         waiting: threading.Thread | None = None
         failed: list[BaseException] = []
-        for line in self.proc.stdout:
-            line = line.rstrip("\n")
-            if line == DONE_LINE and waiting is None:
-                # Wait for the others in a thread and keep draining the child's output
-                # meanwhile: a parameter server or worker serves (and may log) until the
-                # chief is done, and a full pipe would block it mid-step.
-                waiting = threading.Thread(target=self._release, args=(release, failed),
-                                           name=f"sparktf-release-{self.rank}", daemon=True)
-                waiting.start()
-            else:
-                # once waiting, the channel is busy with the exit barrier: log locally only
-                self._relay(line, forward, to_driver=waiting is None)
+        with self._own_watchdog():
+            for line in self.proc.stdout:
+                waiting = self._line(line, release, waiting, failed, forward)
         code = self.proc.wait()
         if waiting is not None:
             waiting.join()
         if failed:
             raise failed[0]
         return self._outcome(code)
+
+    @contextlib.contextmanager
+    def _own_watchdog(self):
+        """When this task cannot reach the driver (whose watchdog then never hears of it),
+        it watches its own child's heartbeats and stops a child that makes no progress for
+        ``stall_timeout``: a stall still ends the job."""
+        self.dog = self.stalled = None
+        if self.events.connected or not self.spec.stall_timeout:
+            yield
+            return
+
+        def on_stall(rank: int, last: dict) -> None:
+            self.stalled = last[rank]
+            self.proc.kill()
+
+        with watchdog.Watchdog(self.spec.stall_timeout, on_stall) as self.dog:
+            yield
+
+    def _line(self, line: str, release, waiting, failed: list, forward: bool):
+        """Handles one line of the child's output; returns the release thread, if any."""
+        line = line.rstrip("\n")
+        if line == DONE_LINE and waiting is None:
+            # Wait for the others in a thread and keep draining the child's output
+            # meanwhile: a parameter server or worker serves (and may log) until the
+            # chief is done, and a full pipe would block it mid-step.
+            waiting = threading.Thread(target=self._release, args=(release, failed),
+                                       name=f"sparktf-release-{self.rank}", daemon=True)
+            waiting.start()
+        else:
+            # once waiting, the channel is busy with the exit barrier: log locally only
+            self._relay(line, forward, to_driver=waiting is None)
+        return waiting
 
     def _release(self, release, failed: list) -> None:
         try:
@@ -273,8 +300,11 @@ class _Child:
 
     def _relay(self, line: str, forward: bool, to_driver: bool) -> None:
         if line.startswith(EVENT_MARKER):
+            event = json.loads(line[len(EVENT_MARKER):])
+            if self.dog is not None and event.get("kind") == "heartbeat":
+                self.dog.beat(self.rank, event)
             if to_driver:
-                self.events.send(json.loads(line[len(EVENT_MARKER):]))
+                self.events.send(event)
         else:
             print(f"[sparktf rank {self.rank}] {line}", file=sys.stderr)
             if _TF_NOISE.search(line):
@@ -285,6 +315,11 @@ class _Child:
 
     def _outcome(self, code: int):
         log_tail = "\n".join(self.tail)
+        if self.stalled is not None:
+            return "error", {"message": (
+                f"TaskStalledError: no progress for {self.spec.stall_timeout:g} s "
+                f"(stallTimeout); last seen {watchdog.describe(self.stalled)}. Watched by the "
+                "task itself: the driver's event channel was out of its reach.")}, log_tail, 0
         if not os.path.exists(self.result_path):
             return "error", {"message": f"the task's process exited with code {code} before "
                                         "reporting a result (killed, or out of memory?)"}, \
