@@ -14,5 +14,6 @@ from sparktf.launcher import run
 __version__ = "0.1.0"
 
 __all__ = ["run", "SparkTFError", "InvalidInputError", "ClusterCapacityError",
-           "ExecutorEnvironmentError", "ExecutorLostError", "JobTimeoutError", "ClusterFormationError",
+           "ExecutorEnvironmentError", "ExecutorLostError", "JobTimeoutError",
+           "ClusterFormationError",
            "TaskFailedError", "TaskStalledError", "__version__"]
