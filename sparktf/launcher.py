@@ -242,10 +242,7 @@ def _reachability(server: EventServer, stage: _Stage):
 
     thread = threading.Thread(target=watch, name="sparktf-channel-watch", daemon=True)
     thread.start()
-    try:
-        yield
-    finally:
-        pass  # the server's shutdown ends the wait
+    yield thread  # the server's shutdown ends the wait
 
 
 def _is_port_conflict(failure: SparkTFError) -> bool:

@@ -191,3 +191,23 @@ def test_a_waiting_task_is_not_released_by_shutdown():
     client.close()
     assert not thread.is_alive()
     assert outcome == [False]  # the stage is failing: no release, the task fails instead
+
+
+def test_one_log_line_says_when_no_task_reaches_the_channel(monkeypatch, caplog):
+    import logging
+
+    monkeypatch.setattr(launcher, "CHANNEL_GRACE_S", 0.3)
+    stage = launcher._Stage(b"", 2, 0, (), None, "auto", None, None, "TFEstimator.fit")
+    caplog.set_level(logging.WARNING, logger="sparktf")
+    with EventServer("127.0.0.1", lambda e: None, num_tasks=2) as server:
+        with launcher._reachability(server, stage) as watcher:
+            watcher.join(10)
+    lines = [r.getMessage() for r in caplog.records if "event channel" in r.getMessage()]
+    assert len(lines) == 1 and "no task of TFEstimator.fit has reached" in lines[0]
+    assert "spark.sparktf.channelHost" in lines[0]
+    caplog.clear()
+    with EventServer("127.0.0.1", lambda e: None, num_tasks=1) as server:
+        with launcher._reachability(server, stage) as watcher:
+            with EventClient(server.address, server.secret, rank=0):
+                watcher.join(10)
+    assert not [r for r in caplog.records if "event channel" in r.getMessage()]
