@@ -49,6 +49,27 @@ def wait_gone(pids, timeout: float = 30.0) -> list[int]:
 CONFORMANCE: list[tuple] = []
 
 
+def run_driver_script(script: str, *args: str, timeout: float = 850) -> dict:
+    """Runs a driver script of tests/integration/scripts in its own process (its own
+    SparkSession) and returns its ``RESULT name {json}`` lines as ``{name: value}``."""
+    import json
+    import subprocess
+    import sys
+
+    root = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+    env = {k: v for k, v in os.environ.items() if k != "PYSPARK_PYTHON"}
+    env["PYTHONPATH"] = root
+    out = subprocess.run([sys.executable, script, *args], capture_output=True, text=True,
+                         env=env, timeout=timeout)
+    results = {}
+    for line in out.stdout.splitlines():
+        if line.startswith("RESULT "):
+            name, value = line[len("RESULT "):].split(" ", 1)
+            results[name] = json.loads(value)
+    assert out.returncode == 0, f"exit {out.returncode}; stderr tail:\n{out.stderr[-4000:]}"
+    return results
+
+
 def pytest_terminal_summary(terminalreporter):
     if not CONFORMANCE:
         return

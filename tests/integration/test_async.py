@@ -5,18 +5,15 @@ evaluator), so one driver process (``scripts/async_jobs.py``) runs every scenari
 on its own local-cluster[3,2,1024] and reports what it found; the tests check it.
 """
 
-import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
+from tests import conftest
 from tests.integration import data
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "async_jobs.py")
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 SCENARIOS = ["ps_regression", "run_ps", "evaluator_ps0", "evaluator_ps1", "ps_parquet",
              "task_cpus"]
 
@@ -25,17 +22,8 @@ pytestmark = pytest.mark.timeout(900)
 
 @pytest.fixture(scope="module")
 def found(tmp_path_factory):
-    env = {k: v for k, v in os.environ.items() if k != "PYSPARK_PYTHON"}
-    env["PYTHONPATH"] = ROOT
-    out = subprocess.run([sys.executable, SCRIPT, str(tmp_path_factory.mktemp("async")),
-                          *SCENARIOS], capture_output=True, text=True, env=env, timeout=850)
-    results = {}
-    for line in out.stdout.splitlines():
-        if line.startswith("RESULT "):
-            name, value = line[len("RESULT "):].split(" ", 1)
-            results[name] = json.loads(value)
-    assert out.returncode == 0, f"exit {out.returncode}; stderr tail:\n{out.stderr[-4000:]}"
-    return results
+    return conftest.run_driver_script(SCRIPT, str(tmp_path_factory.mktemp("async")),
+                                      *SCENARIOS)
 
 
 def test_parameter_server_training_converges_to_known_coefficients(found):

@@ -5,15 +5,13 @@ one client process (``scripts/connect_jobs.py``) runs every scenario and reports
 what it found; the tests check it.
 """
 
-import json
 import os
-import subprocess
-import sys
 
 import pytest
 
+from tests import conftest
+
 SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "connect_jobs.py")
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 SCENARIOS = ["fit_transform", "run_with_df", "bad_input", "pipeline_persistence",
              "cross_validator", "streaming"]
 
@@ -23,16 +21,8 @@ pytestmark = pytest.mark.timeout(900)
 @pytest.fixture(scope="module")
 def found(tmp_path_factory):
     pytest.importorskip("zstandard", reason="pip install 'sparktf[connect]'")
-    env = {k: v for k, v in os.environ.items() if k != "PYSPARK_PYTHON"}
-    env["PYTHONPATH"] = ROOT
-    out = subprocess.run([sys.executable, SCRIPT, str(tmp_path_factory.mktemp("connect")),
-                          *SCENARIOS], capture_output=True, text=True, env=env, timeout=850)
-    results = {}
-    for line in out.stdout.splitlines():
-        if line.startswith("RESULT "):
-            name, value = line[len("RESULT "):].split(" ", 1)
-            results[name] = json.loads(value)
-    assert out.returncode == 0, f"exit {out.returncode}; stderr tail:\n{out.stderr[-4000:]}"
+    results = conftest.run_driver_script(SCRIPT, str(tmp_path_factory.mktemp("connect")),
+                                         *SCENARIOS)
     assert results.get("session", {}).get("type", "").startswith("pyspark.sql.connect")
     return results
 
@@ -65,7 +55,8 @@ def test_bad_input_is_refused_on_connect_before_any_job(found):
 def test_pipeline_save_overwrite_and_load_on_connect(found):
     result = _ok(found, "pipeline_persistence")
     assert result["stages"] == ["VectorAssembler", "TFModel"]
-    assert result["same_predictions"]
+    assert result["val_metrics"] == ["val_accuracy", "val_loss"]
+    assert result["fresh_session"] and result["same_predictions"]
     assert result["loaded_estimator_epochs"] == 2
 
 

@@ -74,34 +74,44 @@ def bad_input(spark, workdir):
         emit("bad_input", {"error": type(e).__name__, "message": str(e)})
 
 
-def pipeline_persistence(spark, workdir):
-    """A Pipeline (VectorAssembler + TFEstimator) fitted, saved, overwritten, loaded."""
-    from pyspark.ml import Pipeline, PipelineModel
-    from pyspark.ml.feature import VectorAssembler
+def _pixels(spark):
     from pyspark.ml.functions import vector_to_array
-
-    from sparktf.ml import TFEstimator
-    from tests.integration import models
     train, test = digits(spark)
     columns = [f"p{i}" for i in range(64)]
     as_columns = [vector_to_array("features")[i].alias(c) for i, c in enumerate(columns)]
-    train = train.select("label", *as_columns)
-    test = test.select("label", *as_columns)
+    return columns, train.select("label", *as_columns), test.select("label", *as_columns)
+
+
+def pipeline_persistence(spark, workdir):
+    """A Pipeline (VectorAssembler + TFEstimator with validation) fitted, saved,
+    overwritten, and loaded in a fresh Connect session."""
+    from pyspark.ml import Pipeline, PipelineModel
+    from pyspark.ml.feature import VectorAssembler
+    from pyspark.sql import SparkSession
+
+    from sparktf.ml import TFEstimator
+    from tests.integration import models
+    columns, train, test = _pixels(spark)
     pipeline = Pipeline(stages=[
         VectorAssembler(inputCols=columns, outputCol="features"),
         TFEstimator(modelFn=models.digits_mlp, numWorkers=2, epochs=2, batchSize=64,
-                    learningRate=0.01, modelDir=os.path.join(workdir, "pipeline-fits"))])
+                    learningRate=0.01, validationFraction=0.2, seed=2,
+                    modelDir=os.path.join(workdir, "pipeline-fits"))])
     fitted = pipeline.fit(train)
     path = os.path.join(workdir, "pipeline")
     fitted.write().save(path)
     fitted.write().overwrite().save(path)
-    loaded = PipelineModel.load(path)
     before = [r.prediction for r in fitted.transform(test).select("prediction").collect()]
-    after = [r.prediction for r in loaded.transform(test).select("prediction").collect()]
     pipeline.write().overwrite().save(os.path.join(workdir, "unfitted"))
-    unfitted = Pipeline.load(os.path.join(workdir, "unfitted"))
+    fresh = SparkSession.builder.remote("sc://localhost:15002").create()  # a new session
+    loaded = PipelineModel.read().session(fresh).load(path)
+    _, _, fresh_test = _pixels(fresh)
+    after = [r.prediction for r in loaded.transform(fresh_test).select("prediction").collect()]
+    unfitted = Pipeline.read().session(fresh).load(os.path.join(workdir, "unfitted"))
     emit("pipeline_persistence", {
         "stages": [type(s).__name__ for s in loaded.stages],
+        "val_metrics": sorted(k for k in fitted.stages[-1].getHistory() if k.startswith("val_")),
+        "fresh_session": fresh.session_id != spark.session_id,
         "same_predictions": before == after,
         "loaded_estimator_epochs": unfitted.getStages()[-1].getEpochs()})
 
