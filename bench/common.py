@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 
@@ -12,10 +13,11 @@ N_FEATURES = 28
 def session(master: str = "local-cluster[2,1,2048]", **conf):
     from pyspark.sql import SparkSession
 
+    # every job of the bench (the baselines too) runs this interpreter and its packages;
+    # PySpark reads the variable when the session starts
+    os.environ["PYSPARK_PYTHON"] = sys.executable
     builder = (SparkSession.builder.master(master).appName("sparktf-bench")
-               .config("spark.ui.enabled", "false").config("spark.driver.memory", "2g")
-               # every job of the bench (baselines too) runs this interpreter's packages
-               .config("spark.pyspark.python", sys.executable))
+               .config("spark.ui.enabled", "false").config("spark.driver.memory", "2g"))
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

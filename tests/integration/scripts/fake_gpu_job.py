@@ -48,13 +48,13 @@ def main() -> int:
         f.write('#!/usr/bin/env bash\necho \'{"name": "gpu", "addresses": ["0", "1", "2"]}\'\n')
     os.chmod(script, os.stat(script).st_mode | stat.S_IEXEC)
 
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # the probes' own UDFs run this Python
     from pyspark.sql import SparkSession
 
     import sparktf
 
     builder = (SparkSession.builder.master("local-cluster[2,1,1024]")
                .config("spark.ui.enabled", "false")
-               .config("spark.pyspark.python", sys.executable)  # for the probes' own UDFs
                .config("spark.worker.resource.gpu.amount", "3")
                .config("spark.worker.resource.gpu.discoveryScript", script)
                .config("spark.executor.resource.gpu.amount", "1")

@@ -42,10 +42,10 @@ def scoring_probe(batches):
 
 
 def _session(master, script, cores, worker_gpus=True):
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # the probes' own UDFs run this Python
     from pyspark.sql import SparkSession
     builder = (SparkSession.builder.master(master)
                .config("spark.ui.enabled", "false")
-               .config("spark.pyspark.python", sys.executable)  # for the probes' own UDFs
                .config("spark.executor.cores", str(cores))
                .config("spark.python.worker.reuse", "true"))
     if worker_gpus:
