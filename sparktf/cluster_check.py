@@ -165,12 +165,10 @@ def executor_python(session) -> Iterator[None]:
     ``ExecutorEnvironmentError``. A Spark Connect client cannot choose: the server's
     configuration decides.
     """
-    sc = session.sc
-    user_set = (os.environ.get("PYSPARK_PYTHON") or session.get("spark.pyspark.python"))
-    if session.connect or user_set or not sc.master.startswith("local") \
-            or sc.pythonExec == sys.executable:
+    if not _driver_python_needed(session):
         yield
         return
+    sc = session.sc
     with _PYTHON_EXEC_LOCK:
         saved, sc.pythonExec = sc.pythonExec, sys.executable
         try:
@@ -182,15 +180,24 @@ def executor_python(session) -> Iterator[None]:
 _PYTHON_EXEC_LOCK = threading.RLock()
 
 
+def _driver_python_needed(session) -> bool:
+    """Whether Spark would start the wrong interpreter and sparktf may choose the driver's:
+    a classic session on a local master, no interpreter set by the user, and Spark's
+    default not already the driver's."""
+    if session.connect:
+        return False
+    user_set = (os.environ.get("PYSPARK_PYTHON") or session.get("spark.pyspark.python"))
+    return (not user_set and session.master.startswith("local")
+            and session.sc.pythonExec != sys.executable)
+
+
 def app_executor_python(session) -> None:
     """``executor_python`` for the rest of the application: what ``TFModel.udf()`` needs,
     because ``spark.udf.register`` makes its own copy of the function later, with the
     application's interpreter. Logged, since it changes every later Python UDF too."""
-    sc = session.sc
-    user_set = (os.environ.get("PYSPARK_PYTHON") or session.get("spark.pyspark.python"))
-    if session.connect or user_set or not sc.master.startswith("local") \
-            or sc.pythonExec == sys.executable:
+    if not _driver_python_needed(session):
         return
+    sc = session.sc
     logger.info("sparktf: PYSPARK_PYTHON is not set; for TFModel.udf() the Python workers of "
                 "this %s app will use %s from now on", sc.master, sys.executable)
     with _PYTHON_EXEC_LOCK:

@@ -91,8 +91,7 @@ def run(spark, main_fn: Callable[[Any, Any], Any], args: Any = None, *, numWorke
         from sparktf.ml.schema import check_feedable
         check_feedable(df.schema, columns)
     return launch(spark, payload, num_workers=numWorkers, num_ps=numPs, df=df,
-                  columns=columns, use_gpu=gpu.use_gpu_value(useGpu), timeout=timeout,
-                  evaluator=evaluator,
+                  columns=columns, use_gpu=useGpu, timeout=timeout, evaluator=evaluator,
                   resources=TaskResources.checked(taskCpus, taskGpus))
 
 

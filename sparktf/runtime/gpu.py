@@ -7,7 +7,13 @@ from typing import Sequence
 from sparktf.errors import InvalidInputError
 
 HIDE_ALL = ""  # CUDA_VISIBLE_DEVICES value that hides every GPU
-USE_GPU_CHOICES = ("auto", True, False)  # the values of useGpu, for run() and the stages
+
+
+def assigned(context) -> list[str]:
+    """The GPU addresses Spark's scheduler gave the task of ``context`` (a pyspark
+    ``TaskContext`` or ``BarrierTaskContext``; None outside a task)."""
+    resource = context.resources().get("gpu") if context is not None else None
+    return list(resource.addresses) if resource is not None else []
 
 
 def use_gpu_value(value) -> str | bool:

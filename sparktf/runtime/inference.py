@@ -262,9 +262,7 @@ def task_device(use_gpu) -> str:
     """The TensorFlow device this scoring task runs on: the GPU Spark assigned it (its
     address indexes the executor's visible GPUs, as for training), else the CPU."""
     from pyspark import TaskContext
-    context = TaskContext.get()
-    resource = context.resources().get("gpu") if context else None
-    assigned = list(resource.addresses) if resource is not None else []
+    assigned = gpu.assigned(TaskContext.get())
     if gpu.visible_devices(assigned, use_gpu) == gpu.HIDE_ALL:
         return "/CPU:0"
     return f"/GPU:{int(assigned[0])}"

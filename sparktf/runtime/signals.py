@@ -10,7 +10,7 @@ import contextlib
 import threading
 import time
 
-FINISHED = "finished"  # watchdog.FINISHED: the driver stops watching this rank
+from sparktf.watchdog import FINISHED
 
 
 class Heartbeat:
@@ -53,7 +53,6 @@ class Heartbeat:
         """This rank's work is done: the driver stops watching it (it may wait a while at
         the exit barrier for the others)."""
         self.ctx.emit("heartbeat", role=self.role, where=FINISHED, epoch=None, step=None)
-
 
 
 def report_epoch(ctx, epoch: int, epochs: int, logs: dict, rows: int, seconds: float) -> None:

@@ -79,7 +79,7 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     role = spec.roles[rank]
     with EventClient(spec.event_address, spec.event_secret, rank) as events, \
             tempfile.TemporaryDirectory(prefix=f"sparktf-rank{rank}-") as workdir:
-        assigned = _assigned_gpus(barrier)
+        assigned = gpu.assigned(barrier)
         try:
             devices = task_devices(role, assigned, spec.use_gpu,
                                    os.environ.get("CUDA_VISIBLE_DEVICES"))
@@ -181,11 +181,6 @@ def _release(events: EventClient, barrier, through_channel: bool) -> None:
                            "tasks to finish")
 
 
-def _assigned_gpus(barrier) -> list[str]:
-    resource = barrier.resources().get("gpu")
-    return list(resource.addresses) if resource is not None else []
-
-
 def _die_with_parent() -> None:
     """In the child, before exec: get SIGKILL when the parent task process dies."""
     PR_SET_PDEATHSIG = 1
@@ -263,7 +258,6 @@ class _Child:
         """When this task cannot reach the driver (whose watchdog then never hears of it),
         it watches its own child's heartbeats and stops a child that makes no progress for
         ``stall_timeout``: a stall still ends the job."""
-        self.dog = self.stalled = None
         if self.events.connected or not self.spec.stall_timeout:
             yield
             return
