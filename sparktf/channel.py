@@ -183,8 +183,8 @@ class EventServer:
 
     def __init__(self, host: str, on_event: EventHandler, num_tasks: int = 1):
         self._server = _Server(host, on_event, num_tasks)
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        name="sparktf-events", daemon=True)
+        self._thread = threading.Thread(target=self._accept, name="sparktf-events",
+                                        daemon=True)
 
     @property
     def address(self) -> tuple[str, int]:
@@ -203,9 +203,22 @@ class EventServer:
         self._thread.start()
         return self
 
+    def _accept(self) -> None:
+        """Accepts task connections (each handled in its own thread) until ``__exit__``
+        shuts the listening socket; a blocking accept, where ``serve_forever`` polls."""
+        while True:
+            try:
+                conn, address = self._server.socket.accept()
+            except OSError:
+                return  # the listening socket was shut down
+            self._server.process_request(conn, address)
+
     def __exit__(self, *exc) -> None:
-        self._server.shutdown()
+        try:
+            self._server.socket.shutdown(socket.SHUT_RDWR)  # wakes the blocking accept
+        except OSError:
+            pass
+        self._thread.join(timeout=10)
         self._server.close_barrier()
         self._server.hang_up()
         self._server.server_close()
-        self._thread.join(timeout=10)

@@ -13,6 +13,7 @@ import dataclasses
 import logging
 import re
 import threading
+import time
 import uuid
 from typing import Any, Callable, Sequence
 
@@ -30,8 +31,13 @@ from sparktf.watchdog import Watchdog
 
 logger = logging.getLogger("sparktf")
 worker_logger = logging.getLogger("sparktf.worker")
+# DEBUG records of where a job's time goes, from the driver and the tasks; each record
+# has ``record.phase = (rank or None for the driver, name, time.time())``.
+phase_logger = logging.getLogger("sparktf.phases")
 
 PORT_CONFLICT_RETRIES = 3
+SPARE_IDLE_CONF = "spark.sparktf.spareIdleTimeout"
+DEFAULT_SPARE_IDLE_S = 60.0
 
 
 def run(spark, main_fn: Callable[[Any, Any], Any], args: Any = None, *, numWorkers: int,
@@ -125,6 +131,7 @@ class _Stage:
     parquet_uri: str | None = None
     evaluator: bool = False
     resources: "TaskResources | None" = None
+    spare_idle_s: float = 0.0
 
     @property
     def layout(self) -> cluster.Layout:
@@ -141,7 +148,8 @@ class _Stage:
             use_gpu=self.use_gpu, model_dir=self.model_dir, columns=self.columns,
             split_column=self.split_column, parquet_uri=self.parquet_uri,
             event_address=server.address, event_secret=server.secret,
-            evaluator=self.evaluator, stall_timeout=self.stall_timeout)
+            evaluator=self.evaluator, stall_timeout=self.stall_timeout,
+            spare_idle_s=self.spare_idle_s)
 
 
 def launch(spark, payload: bytes, *, num_workers: int, num_ps: int = 0, df=None,
@@ -157,11 +165,13 @@ def launch(spark, payload: bytes, *, num_workers: int, num_ps: int = 0, df=None,
     long stops the stage with ``TaskStalledError``.
     """
     _ensure_log_handler()
+    log_phase(None, "launch")
     session = sessions.Session(spark)
     conf = session.conf()
     use_gpu = gpu.use_gpu_value(use_gpu)
     stage = _Stage(payload, num_workers, num_ps, tuple(columns), split_column, use_gpu,
-                   model_dir, timeout, what, stall_timeout, parquet_uri, evaluator, resources)
+                   model_dir, timeout, what, stall_timeout, parquet_uri, evaluator, resources,
+                   spare_idle_s(conf, session.setting(SPARE_IDLE_CONF)))
     cluster_check.check_security(conf, what)
     if resources is not None:
         resources.check(conf)
@@ -172,10 +182,45 @@ def launch(spark, payload: bytes, *, num_workers: int, num_ps: int = 0, df=None,
     elif use_gpu == "auto" and not gpus_scheduled(conf):
         logger.info("sparktf: %s runs on CPU: Spark schedules no GPUs "
                     "(spark.task.resource.gpu.amount is not set)", what)
+    log_phase(None, "checked")
     with cluster_check.SlotGate.hold(stage.num_tasks, slots, what):
         rows = _run_stage(session, stage, df, _EventCollector(on_event))
+    log_phase(None, "collected")
     results = sorted(((r["rank"], r["result"]) for r in rows))
-    return [cloudpickle.loads(blob) for _, blob in results]
+    results = [cloudpickle.loads(blob) for _, blob in results]
+    log_phase(None, "returned")
+    return results
+
+
+def spare_idle_s(conf: dict[str, str], chosen: str | None = None) -> float:
+    """How long a task's spare process (TensorFlow imported, see ``runtime.spare``) waits
+    for the next task: ``spark.sparktf.spareIdleTimeout`` seconds (``chosen``, else from
+    ``conf``; default 60; 0 turns spares off). Off when Spark does not reuse its Python
+    workers."""
+    if conf.get("spark.python.worker.reuse", "true").strip().lower() == "false":
+        return 0.0
+    chosen = conf.get(SPARE_IDLE_CONF) if chosen is None else chosen
+    if chosen is None:
+        return DEFAULT_SPARE_IDLE_S
+    text = chosen.strip().lower()
+    seconds = text[:-1] if text.endswith("s") else text
+    try:
+        value = float(seconds)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise InvalidInputError(f"{SPARE_IDLE_CONF} must be a number of seconds >= 0 (0 turns "
+                                f"spare processes off). Received: {chosen!r}")
+    return value
+
+
+def log_phase(rank: int | None, name: str, t: float | None = None) -> None:
+    """One DEBUG record on ``sparktf.phases`` (``record.phase = (rank, name, t)``)."""
+    if phase_logger.isEnabledFor(logging.DEBUG):
+        t = time.time() if t is None else t
+        who = "driver" if rank is None else f"rank {rank}"
+        phase_logger.debug("sparktf phase: %s %s", who, name,
+                           extra={"phase": (rank, name, t)})
 
 
 def _run_stage(session: sessions.Session, stage: _Stage, df, collector: "_EventCollector"):
@@ -192,6 +237,7 @@ def _run_stage(session: sessions.Session, stage: _Stage, df, collector: "_EventC
                 _watching(session, stage, collector, tag), _reachability(server, stage):
             with cluster_check.executor_python(session):
                 job = _barrier_job(frame, stage.task_spec(server), stage.resources)
+            log_phase(None, "submitted")
             try:
                 return _collect(session, job, stage.timeout, stage.what, tag)
             except JobTimeoutError:
@@ -340,6 +386,8 @@ class _EventCollector:
                 dog.beat(int(rank), event)
         elif kind == "log":
             worker_logger.info("[rank %s] %s", rank, event.get("line", ""))
+        elif kind == "phase":
+            log_phase(int(rank), str(event.get("name")), float(event.get("t", 0)))
         elif kind == "serving":
             logger.info("sparktf: rank %s (%s) is serving for the chief", rank,
                         event.get("role", "?"))
@@ -387,6 +435,7 @@ def _ensure_log_handler() -> None:
     if logger.handlers or root.handlers:
         return
     handler = logging.StreamHandler()
+    handler.setLevel(logging.INFO)  # phases (DEBUG) only where the application asks
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)

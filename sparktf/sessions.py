@@ -46,6 +46,12 @@ class Session:
     def get(self, key: str, default: str | None = None) -> str | None:
         return self.conf().get(key, default)
 
+    def setting(self, key: str) -> str | None:
+        """A setting as the application sees it now: ``spark.conf.set`` at run time over
+        the configuration the session started with."""
+        value = self.spark.conf.get(key, None)
+        return value if value is not None else self.get(key)
+
     @property
     def master(self) -> str:
         return self.get("spark.master", "") or ""

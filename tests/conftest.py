@@ -4,11 +4,26 @@ import os
 import select
 
 CHILD_MARKER = "sparktf.runtime.child"
+SPARE_NAME = "sparktf-spare"  # sparktf.runtime.spare.SPARE_NAME
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
 
 
 def child_pids() -> list[int]:
-    """PIDs of task processes (main_fn runners) alive on this machine."""
-    return pids_with(CHILD_MARKER)
+    """PIDs of task processes (main_fn runners) alive on this machine; idle spares
+    (``spare_pids``) are not task processes."""
+    return [pid for pid in pids_with(CHILD_MARKER) if _comm(pid) != SPARE_NAME]
+
+
+def spare_pids() -> list[int]:
+    """PIDs of the spare processes (TensorFlow imported, waiting to fork a task process)."""
+    return [pid for pid in pids_with(CHILD_MARKER) if _comm(pid) == SPARE_NAME]
 
 
 def pids_with(marker: str) -> list[int]:

@@ -2,16 +2,19 @@
 
 A fresh process per task, because a TensorFlow gRPC server cannot be stopped
 inside a process: running in Spark's reused Python worker would leave servers
-and ports behind after every job.
+and ports behind after every job. The process is either started for the task
+(``python -m sparktf.runtime.child``) or forked by the Python worker's spare
+(``python -m sparktf.runtime.child --spare FD IDLE_S``, see ``spare``), which has
+imported TensorFlow already.
 
-Protocol with the parent task (``sparktf.runtime.task``), which starts this as
-``python -m sparktf.runtime.child RESULT``:
+Protocol with the parent task (``sparktf.runtime.task``):
 
 1. import TensorFlow at once, while the parent is still receiving the data;
-2. read one line from stdin: the path of the payload, ``(payload, ctx, env)``
-   pickled (EOF instead means the parent gave up: exit quietly);
+2. read one line from stdin, JSON ``{"payload", "result", "cwd"}``: the path of
+   ``(payload, ctx, env)`` pickled, where to write the result, the working
+   directory (EOF instead means the parent gave up: exit quietly);
 3. put ``env`` (TF_CONFIG) into the environment and run ``main_fn(args, ctx)``;
-4. write ``(status, value or error info, peak RSS KiB)`` to RESULT;
+4. write ``(status, value or error info, peak RSS KiB)`` to the result path;
 5. on success print DONE_LINE and wait until the parent closes stdin: parents
    release their children only after a barrier, so worker 0 (which hosts
    TensorFlow's coordination service) never exits while a peer still needs it.
@@ -19,6 +22,7 @@ Protocol with the parent task (``sparktf.runtime.task``), which starts this as
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import sys
@@ -26,12 +30,14 @@ import traceback
 
 import cloudpickle
 
-from sparktf.runtime.context import DONE_LINE
+from sparktf.runtime import spare
+from sparktf.runtime.context import DONE_LINE, phase
 
 
 def _preimport() -> None:
-    try:
-        import tensorflow  # noqa: F401  (overlaps TF's import with the data transfer)
+    try:  # overlaps TF's import with the data transfer, or serves every fork of a spare
+        import tensorflow  # noqa: F401
+        import keras  # noqa: F401
     except ImportError:
         pass  # main_fn may not need TensorFlow; its own import error will say so
 
@@ -48,13 +54,15 @@ def _run(payload_path: str) -> tuple[str, object]:
                          "traceback": traceback.format_exc()}
 
 
-def main(argv: list[str]) -> None:
-    (result_path,) = argv
-    _preimport()
-    payload_path = sys.stdin.readline().strip()
-    if not payload_path:
+def _task() -> None:
+    """Runs one task's order from stdin; never returns."""
+    line = sys.stdin.readline().strip()
+    if not line:
         os._exit(0)
-    status, value = _run(payload_path)
+    order = json.loads(line)
+    os.chdir(order["cwd"])
+    status, value = _run(order["payload"])
+    phase("main_fn returned")
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     try:
         blob = cloudpickle.dumps((status, value, peak_kb))
@@ -64,7 +72,7 @@ def main(argv: list[str]) -> None:
             "message": f"main_fn returned a value that cannot be pickled: "
                        f"{type(e).__name__}: {e}. Return plain Python data.",
             "traceback": traceback.format_exc()}, peak_kb))
-    with open(result_path, "wb") as f:
+    with open(order["result"], "wb") as f:
         f.write(blob)
     if status == "ok":
         print(DONE_LINE, flush=True)
@@ -73,6 +81,22 @@ def main(argv: list[str]) -> None:
     sys.stderr.flush()
     # TensorFlow's gRPC threads can keep a normal interpreter shutdown waiting.
     os._exit(0 if status == "ok" else 1)
+
+
+def _forked() -> None:
+    phase("forked from the spare")
+    _task()
+
+
+def main(argv: list[str]) -> None:
+    if argv[:1] == [spare.SPARE_FLAG]:
+        spare.set_name(spare.SPARE_NAME)
+        _preimport()
+        spare.serve(int(argv[1]), float(argv[2]), _forked)
+        return
+    _preimport()
+    phase("imported")
+    _task()
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+import time
 from typing import Any, Sequence
 
 from sparktf.runtime import feed
@@ -135,6 +136,20 @@ class TaskContext:
 
     def emit(self, kind: str, **payload: Any) -> None:
         """Sends a structured event (e.g. epoch progress) to the driver."""
-        event = {"kind": kind, "rank": self.rank, **payload}
-        sys.stdout.write(EVENT_MARKER + json.dumps(event, default=float) + "\n")
-        sys.stdout.flush()
+        write_event({"kind": kind, "rank": self.rank, **payload})
+
+    def phase(self, name: str) -> None:
+        """Marks a start-up or shutdown phase (timestamped; a DEBUG record on the driver's
+        ``sparktf.phases`` logger, which ``bench/startup_bench.py`` tabulates)."""
+        phase(name, self.rank)
+
+
+def write_event(event: dict) -> None:
+    """Writes one event line to stdout, which the task relays to the driver."""
+    sys.stdout.write(EVENT_MARKER + json.dumps(event, default=float) + "\n")
+    sys.stdout.flush()
+
+
+def phase(name: str, rank: int | None = None) -> None:
+    """A phase event from the task process (the task fills in its rank when None)."""
+    write_event({"kind": "phase", "name": name, "t": time.time(), "rank": rank})

@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import ctypes
 import dataclasses
 import json
 import os
 import re
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
+import time
 import traceback
 from typing import Iterator
 
@@ -30,7 +28,7 @@ import pyarrow as pa
 
 from sparktf import watchdog
 from sparktf.errors import TaskFailedError
-from sparktf.runtime import cluster, feed, gpu
+from sparktf.runtime import cluster, feed, gpu, spare
 from sparktf.runtime.context import DONE_LINE, EVENT_MARKER, TaskContext
 from sparktf.runtime.events import CHANNEL_ENV, EventClient
 
@@ -59,10 +57,9 @@ class TaskSpec:
     parquet_uri: str | None = None  # inputMode="parquet": read this folder instead of Spark's rows
     event_address: tuple[str, int] | None = None
     event_secret: str = ""
-    forward_all_ranks: bool = False
-    child_env: tuple[tuple[str, str], ...] = ()
     evaluator: bool = False
     stall_timeout: float | None = None  # watched here when the driver cannot be reached
+    spare_idle_s: float = 0.0  # keep a spare process this long between tasks (0: none)
 
     @property
     def roles(self) -> list[cluster.Role]:
@@ -79,6 +76,7 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     role = spec.roles[rank]
     with EventClient(spec.event_address, spec.event_secret, rank) as events, \
             tempfile.TemporaryDirectory(prefix=f"sparktf-rank{rank}-") as workdir:
+        _phase(events, "task started")
         assigned = gpu.assigned(barrier)
         try:
             devices = task_devices(role, assigned, spec.use_gpu,
@@ -86,6 +84,10 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
         except gpu.GpuAssignmentError as e:
             _fail(events, rank, role, f"GpuAssignmentError: {e}", traceback.format_exc(), "")
         with _Child(spec, rank, devices, barrier.cpus(), workdir, events) as child:
+            if spec.parquet_uri or not spec.columns:
+                # Read Spark's input to its end even when unused: otherwise Spark does not
+                # reuse this Python worker (nor, with it, its spare process).
+                collections.deque(batches, maxlen=0)
             if spec.parquet_uri:
                 batches = _parquet_share(spec, rank)
             try:
@@ -95,11 +97,14 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
             except Exception as e:  # bad data: report it, then fail the stage
                 _fail(events, rank, role, f"{type(e).__name__}: {e}", traceback.format_exc(),
                       "")
+            _phase(events, "data received")
             ctx, everyone_connected = _form_cluster(spec, barrier, rank, role, shard,
                                                     held_out, devices, assigned,
                                                     events.connected)
+            _phase(events, "cluster formed")
             status, value, tail, child_kb = child.run(
                 ctx, lambda: _release(events, barrier, everyone_connected))
+        _phase(events, "released")
         events.send({"kind": "stats", "role": str(role), "rows": ctx.numRows,
                      "feeder_peak_rss_mb": _peak_rss_kb() / 1024,
                      "task_peak_rss_mb": child_kb / 1024})
@@ -181,14 +186,29 @@ def _release(events: EventClient, barrier, through_channel: bool) -> None:
                            "tasks to finish")
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: get SIGKILL when the parent task process dies."""
-    PR_SET_PDEATHSIG = 1
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+def _phase(events: EventClient, name: str) -> None:
+    events.send({"kind": "phase", "name": name, "t": time.time()})
+
+
+def child_env(spec: TaskSpec, devices: str, cpus: int) -> dict[str, str]:
+    """The environment of the task's process (the same for every task of a Python worker
+    with the same devices and CPUs: a spare serves the tasks whose environment it has)."""
+    env = dict(os.environ)
+    env.update({"CUDA_VISIBLE_DEVICES": devices, "TF_FORCE_GPU_ALLOW_GROWTH": "true",
+                "PYTHONUNBUFFERED": "1"})
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # TensorFlow sizes its thread pools to the machine; tasks sharing a host would
+    # oversubscribe it. Use the CPUs Spark gave this task unless the user chose.
+    for name in ("TF_NUM_INTRAOP_THREADS", "OMP_NUM_THREADS"):
+        env.setdefault(name, str(max(1, cpus)))
+    env["TF_NUM_INTEROP_THREADS"] = str(interop_threads(env.get("TF_NUM_INTEROP_THREADS"),
+                                                        spec.num_workers, spec.num_ps))
+    return env
 
 
 class _Child:
-    """The process that runs ``main_fn``: started early, given its payload, released late."""
+    """The process that runs ``main_fn``: asked of the spare (or started) early, given its
+    payload, released late."""
 
     def __init__(self, spec: TaskSpec, rank: int, devices: str, cpus: int, workdir: str,
                  events):
@@ -196,38 +216,36 @@ class _Child:
         self.result_path = os.path.join(workdir, "result.pkl")
         self.tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
         self.dog = self.stalled = None  # the task's own watchdog (``_own_watchdog``)
-        env = dict(os.environ)
-        env.update(dict(spec.child_env))
-        env.update({"CUDA_VISIBLE_DEVICES": devices, "TF_FORCE_GPU_ALLOW_GROWTH": "true",
-                    "PYTHONUNBUFFERED": "1"})
-        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        # TensorFlow sizes its thread pools to the machine; tasks sharing a host would
-        # oversubscribe it. Use the CPUs Spark gave this task unless the user chose.
-        for name in ("TF_NUM_INTRAOP_THREADS", "OMP_NUM_THREADS"):
-            env.setdefault(name, str(max(1, cpus)))
-        env["TF_NUM_INTEROP_THREADS"] = str(interop_threads(env.get("TF_NUM_INTEROP_THREADS"),
-                                                            spec.num_workers, spec.num_ps))
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sparktf.runtime.child", self.result_path],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-            cwd=workdir, preexec_fn=_die_with_parent, text=True, errors="replace")
+        self.env = child_env(spec, devices, cpus)
+        self.proc = None
+        self.request = None
+        if spec.spare_idle_s > 0:
+            self.request = spare.request(self.env, spec.spare_idle_s)
+        else:
+            self._spawn()
+
+    def _spawn(self) -> None:
+        _phase(self.events, "child started")
+        self.proc = spare.spawn(self.env, self.workdir)
 
     def __enter__(self) -> "_Child":
         return self
 
     def __exit__(self, *exc) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-        for stream in (self.proc.stdin, self.proc.stdout):
-            if stream and not stream.closed:
-                stream.close()
+        if self.proc is None and self.request is not None:
+            self.proc = self.request.process()  # not handed a payload: it exits at once
+        if self.proc is not None:
+            spare.stop_process(self.proc)
 
     def run(self, ctx: TaskContext, release):
         """Hands over the payload, relays output until exit; (status, value, tail, peak KiB).
 
         ``release()`` returns once every task's child has finished; then ours may exit.
         """
+        if self.request is not None:
+            self.proc = self.request.process()
+            if self.proc is None:
+                self._spawn()  # the spare has gone: a process of our own
         payload_path = os.path.join(self.workdir, "payload.pkl")
         with open(payload_path, "wb") as f:
             env = {"TF_CONFIG": json.dumps(ctx.tfConfig, sort_keys=True)}
@@ -235,12 +253,13 @@ class _Child:
                 env[CHANNEL_ENV] = json.dumps([*self.spec.event_address,
                                                self.spec.event_secret])
             cloudpickle.dump((self.spec.payload, ctx, env), f)
+        order = {"payload": payload_path, "result": self.result_path, "cwd": self.workdir}
         try:
-            self.proc.stdin.write(payload_path + "\n")
+            self.proc.stdin.write(json.dumps(order) + "\n")
             self.proc.stdin.flush()
         except BrokenPipeError:
             pass  # the child died early; its output and exit code tell why
-        forward = self.spec.forward_all_ranks or ctx.isChief
+        forward = ctx.isChief
         waiting: threading.Thread | None = None
         failed: list[BaseException] = []
         with self._own_watchdog():
@@ -295,6 +314,8 @@ class _Child:
     def _relay(self, line: str, forward: bool, to_driver: bool) -> None:
         if line.startswith(EVENT_MARKER):
             event = json.loads(line[len(EVENT_MARKER):])
+            if event.get("rank") is None:
+                event["rank"] = self.rank
             if self.dog is not None and event.get("kind") == "heartbeat":
                 self.dog.beat(self.rank, event)
             if to_driver:
@@ -315,9 +336,9 @@ class _Child:
                 f"(stallTimeout); last seen {watchdog.describe(self.stalled)}. Watched by the "
                 "task itself: the driver's event channel was out of its reach.")}, log_tail, 0
         if not os.path.exists(self.result_path):
-            return "error", {"message": f"the task's process exited with code {code} before "
-                                        "reporting a result (killed, or out of memory?)"}, \
-                log_tail, 0
+            how = f" with code {code}" if code is not None and code >= 0 else ""
+            return "error", {"message": f"the task's process exited{how} before reporting a "
+                                        "result (killed, or out of memory?)"}, log_tail, 0
         with open(self.result_path, "rb") as f:
             status, value, peak_kb = cloudpickle.load(f)
         if status == "ok":

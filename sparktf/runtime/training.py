@@ -154,8 +154,10 @@ def _all_reduce(spec: TrainSpec, ctx) -> dict | None:
     import tensorflow as tf
 
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    ctx.phase("strategy created")
     with strategy.scope():
         model = build_model(spec, ctx.feedSpec)
+    ctx.phase("model built")
     _check_labels(model, spec, ctx)
     first_epoch, history = resume(model, spec)
     if tf_keras_fit.is_tf_keras(model):  # Keras 2 models keep their own fit
@@ -167,6 +169,7 @@ def _all_reduce(spec: TrainSpec, ctx) -> dict | None:
             if spec.validates_in_loop else None)
     else:
         history = _EpochLoop(spec, ctx, strategy, model).fit(first_epoch, history)
+    ctx.phase("trained")
     return chief_result(model, spec, ctx, history)
 
 
@@ -185,6 +188,7 @@ def chief_result(model, spec: TrainSpec, ctx, history: dict) -> dict | None:
     """Exports the trained model; the chief's answer to the driver (None elsewhere)."""
     with signals.Heartbeat(ctx).during("exporting", spec.epochs):
         exported, input_names = _export(model, spec, ctx)
+    ctx.phase("exported")
     if not ctx.isChief:
         return None
     kind, from_logits = keras_steps.prediction_kind(model)
@@ -354,6 +358,8 @@ class _EpochLoop(EpochRunner):
                 self.callbacks.on_train_batch_begin(step)
             logs = self.steps_fn.train(data, self.factors[step],
                                        reduce=hooks or step == self.steps - 1)
+            if step == 0 and epoch == 0:
+                self.ctx.phase("first step")
             if hooks:
                 self.callbacks.on_train_batch_end(step, logs)
                 self.summaries.write_step(epoch * self.steps + step + 1, logs.get("loss"))

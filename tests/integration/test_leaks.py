@@ -1,4 +1,5 @@
-"""12 consecutive fits in one driver, some failing, leave nothing behind."""
+"""12 consecutive fits in one driver, some failing, leave nothing behind; spare processes
+(TensorFlow imported, kept between tasks) end after their idle timeout and with the session."""
 
 import gc
 import resource
@@ -8,11 +9,14 @@ import pytest
 
 import sparktf
 from sparktf.ml import TFEstimator
-from tests.conftest import child_pids, wait_gone
+from tests import conftest
+from tests.conftest import child_pids, spare_pids, wait_gone
 from tests.integration import data, models
 
 pytestmark = pytest.mark.timeout(900)
 FITS = 12
+SPARE_IDLE_S = 10
+SPARE_SCRIPT = "tests/integration/scripts/spare_job.py"
 
 
 def broken(hparams):
@@ -40,6 +44,14 @@ def _rss_mb() -> float:
 
 
 def test_a_dozen_fits_including_failures_leave_no_processes_ports_or_threads(spark, capsys):
+    spark.conf.set("spark.sparktf.spareIdleTimeout", str(SPARE_IDLE_S))
+    try:
+        _dozen_fits(spark, capsys)
+    finally:
+        spark.conf.unset("spark.sparktf.spareIdleTimeout")
+
+
+def _dozen_fits(spark, capsys):
     X, y = data.linear_rows(300)
     df = spark.createDataFrame(data.rows(X, y), "features array<double>, label double").cache()
     df.count()
@@ -56,12 +68,31 @@ def test_a_dozen_fits_including_failures_leave_no_processes_ports_or_threads(spa
         assert wait_gone(child_pids()) == [], f"task processes left after fit {i + 1}"
         gc.collect()
         rows.append((i + 1, failing, threading.active_count(), len(_listening_ports()),
-                     _rss_mb()))
+                     _rss_mb(), len(spare_pids())))
     with capsys.disabled():
-        print("\nfit  failed  driver threads  listening ports  driver RSS MB")
-        for n, failed, threads, ports, rss in rows:
-            print(f"{n:3}  {str(failed):6}  {threads:14}  {ports:15}  {rss:13.0f}")
+        print("\nfit  failed  driver threads  listening ports  driver RSS MB  spares")
+        for n, failed, threads, ports, rss, spares in rows:
+            print(f"{n:3}  {str(failed):6}  {threads:14}  {ports:15}  {rss:13.0f}  {spares:6}")
+    # one spare per Python worker (2 executors x 1 core); a failed task's worker may be
+    # replaced, and its spare goes with it
+    assert max(r[5] for r in rows) <= 2, "more spares than Python workers"
+    assert wait_gone(spare_pids(), SPARE_IDLE_S + 60) == [], \
+        f"spares alive after {SPARE_IDLE_S} s idle"
     warm = rows[4:]  # after the first fits have loaded everything once
     assert max(r[2] for r in warm) == min(r[2] for r in warm), "driver threads grow"
     assert max(r[3] for r in warm) <= min(r[3] for r in warm) + 1, "listening ports grow"
     assert warm[-1][4] - warm[0][4] < 100, "driver memory grows"
+
+
+def test_spares_serve_every_job_and_end_with_the_session():
+    """Two runs in one session: every task process is forked by a spare (none started
+    from scratch after the first), and nothing is left once the session stops."""
+    found = conftest.run_driver_script(SPARE_SCRIPT)
+    runs = found["runs"]
+    print("\nruns (rank, pid, parent):", [[(r["rank"], r["pid"], r["ppid"]) for r in run]
+                                         for run in runs])
+    assert len({r["pid"] for run in runs for r in run}) == 4, "a process per task"
+    assert found["parents_are_spares"]
+    assert found["spares_during"] == 2
+    assert found["forked_ranks"] == [0, 1], "the second run's tasks were forked by spares"
+    assert found["left_after_stop"] == [], "processes left after spark.stop()"

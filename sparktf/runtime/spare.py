@@ -1,0 +1,272 @@
+"""Spare processes: TensorFlow imported once per Python worker, a fresh process per task.
+
+Every task runs ``main_fn`` in a process of its own (a TensorFlow gRPC server cannot
+be stopped inside a process), and importing TensorFlow there costs seconds. So a
+Python worker keeps one *spare*: a process that has imported TensorFlow and Keras
+and does nothing else but fork, on request, the task process of the next task.
+The fork shares the imported modules and starts in milliseconds; the spare itself
+never runs user code, never starts a TensorFlow server, and is never shared between
+two tasks' processes.
+
+Protocol (a ``SOCK_SEQPACKET`` socket pair; the spare is ``python -m
+sparktf.runtime.child --spare FD IDLE_S``):
+
+- request: the task's pidfd and the child's ends of two pipes (its stdin and its
+  stdout/stderr), passed with ``SCM_RIGHTS``;
+- answer: the new process's pid, as text. The forked process then follows the
+  same protocol as a freshly started one (``sparktf.runtime.child``) and kills
+  itself when the task's process ends.
+
+A spare's life is bounded: it exits after ``IDLE_S`` seconds without a running task
+process or a request, when its Python worker closes the socket or dies
+(``PR_SET_PDEATHSIG``), and so with its executor and the SparkSession. A task that
+finds its spare gone, even while asking it, starts its own process instead.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+
+SPARE_FLAG = "--spare"
+SPARE_NAME = b"sparktf-spare"  # /proc/PID/comm of an idle spare
+TASK_NAME = b"sparktf-task"  # /proc/PID/comm of a process it forked
+ANSWER_TIMEOUT_S = 600.0  # a spare answers once it has imported TensorFlow
+_PR_SET_PDEATHSIG = 1
+_PR_SET_NAME = 15
+
+_libc = ctypes.CDLL("libc.so.6", use_errno=True)
+_lock = threading.Lock()
+_spare: "_Spare | None" = None  # this Python worker's spare
+
+
+def die_with_parent() -> None:
+    """In a new process before exec: get SIGKILL when the process that started it dies."""
+    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def set_name(name: bytes) -> None:
+    """Sets this process's name (``/proc/PID/comm``, as ``ps`` and the leak tests see it)."""
+    _libc.prctl(_PR_SET_NAME, ctypes.c_char_p(name[:15]), 0, 0, 0)
+
+
+def spawn(env: dict[str, str], cwd: str) -> subprocess.Popen:
+    """A fresh task process (no spare): imports TensorFlow itself."""
+    return subprocess.Popen([sys.executable, "-m", "sparktf.runtime.child"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, env=env, cwd=cwd,
+                            preexec_fn=die_with_parent, text=True, errors="replace")
+
+
+def request(env: dict[str, str], idle_s: float) -> "Request":
+    """Asks this Python worker's spare for a task process with environment ``env``,
+    starting a spare first when there is none for ``env``. The process is forked as soon
+    as the spare can; ``Request.process()`` returns it."""
+    global _spare
+    with _lock:
+        key = tuple(sorted(env.items()))
+        if _spare is not None and (_spare.key != key or not _spare.alive()):
+            _spare.stop()  # one spare per Python worker: the newest environment wins
+            _spare = None
+        if _spare is None:
+            _spare = _Spare(env, key, idle_s)
+        return Request(_spare)
+
+
+def stop() -> None:
+    """Stops this Python worker's spare, if any."""
+    global _spare
+    with _lock:
+        if _spare is not None:
+            _spare.stop()
+            _spare = None
+
+
+def stop_process(proc) -> None:
+    """Kills a task process (``Popen`` or ``Forked``) if it still runs and closes its pipes."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    for stream in (proc.stdin, proc.stdout):
+        if stream is not None and not stream.closed:
+            stream.close()
+    if isinstance(proc, Forked):
+        proc.close()
+
+
+class _Spare:
+    """The Python worker's end of one spare process."""
+
+    def __init__(self, env: dict[str, str], key: tuple, idle_s: float):
+        self.key = key
+        self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "sparktf.runtime.child", SPARE_FLAG,
+                 str(theirs.fileno()), f"{idle_s:g}"],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=env,
+                pass_fds=(theirs.fileno(),), preexec_fn=die_with_parent)
+        finally:
+            theirs.close()
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self) -> None:
+        self.sock.close()  # an idle spare exits on its own when the socket closes
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+class Request:
+    """One task process asked of a spare; the spare forks it while the task receives data."""
+
+    def __init__(self, spare: _Spare):
+        self._spare = spare
+        self._pipes: tuple[int, int] | None = None
+        stdin_r, stdin_w = os.pipe()
+        stdout_r, stdout_w = os.pipe()
+        task = os.pidfd_open(os.getpid())
+        try:
+            socket.send_fds(spare.sock, [b"fork"], [stdin_r, stdout_w, task])
+            self._pipes = (stdin_w, stdout_r)
+        except OSError:  # the spare has gone: Request.process() says so
+            os.close(stdin_w)
+            os.close(stdout_r)
+        finally:
+            for fd in (stdin_r, stdout_w, task):
+                os.close(fd)
+
+    def process(self) -> "Forked | None":
+        """The forked task process, or None when the spare left before forking it (the
+        task then starts its own)."""
+        if self._pipes is None:
+            return None
+        stdin_w, stdout_r = self._pipes
+        sock = self._spare.sock
+        try:
+            sock.settimeout(ANSWER_TIMEOUT_S)
+            answer = sock.recv(64)
+        except OSError:
+            answer = b""
+        pid = int(answer) if answer.strip().isdigit() else 0
+        try:
+            pidfd = os.pidfd_open(pid) if pid else None
+        except ProcessLookupError:
+            pidfd = None  # forked and already gone: its output pipe still tells why
+        if pid == 0:
+            os.close(stdin_w)
+            os.close(stdout_r)
+            self._spare.stop()  # the next request starts a new spare
+            return None
+        return Forked(pid, pidfd, stdin_w, stdout_r)
+
+
+class Forked:
+    """A task process forked by a spare, used like ``subprocess.Popen`` (text pipes).
+
+    It is the spare's child, not ours: its exit is seen through a pidfd, and its exit
+    code is not known (``returncode`` is -1 once it has exited).
+    """
+
+    def __init__(self, pid: int, pidfd: int | None, stdin_fd: int, stdout_fd: int):
+        self.pid = pid
+        self._pidfd = pidfd
+        self.returncode: int | None = None if pidfd is not None else -1
+        self.stdin = open(stdin_fd, "w", buffering=1)
+        self.stdout = open(stdout_fd, "r", errors="replace")
+
+    def poll(self) -> int | None:
+        return self.wait(timeout=0)
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        if self.returncode is None:
+            ready, _, _ = select.select([self._pidfd], [], [], timeout)
+            if ready:
+                self.returncode = -1
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            try:
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def close(self) -> None:
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+
+
+# ----------------------------------------------------------------- in the spare process
+
+
+def serve(fd: int, idle_s: float, become_task) -> None:
+    """The spare's loop: fork one task process per request until idle or the socket closes.
+
+    ``become_task()`` runs in each forked process once its pipes are in place; it never
+    returns.
+    """
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the forked processes
+    sock = socket.socket(fileno=fd)
+    running: list[int] = []  # pidfds of forked processes still running
+    while True:
+        ready, _, _ = select.select([sock, *running], [], [], None if running else idle_s)
+        if not ready:
+            os._exit(0)  # idle too long
+        for done in [r for r in ready if r is not sock]:
+            running.remove(done)
+            os.close(done)
+        if sock not in ready:
+            continue
+        try:
+            _, fds, _, _ = socket.recv_fds(sock, 16, 3)
+        except OSError:
+            fds = []
+        if len(fds) != 3:
+            os._exit(0)  # the Python worker closed the socket, or died
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            sock.close()
+            for pidfd in running:
+                os.close(pidfd)
+            _enter_task(*fds)
+            become_task()
+            os._exit(1)  # not reached
+        for f in fds:
+            os.close(f)
+        try:
+            running.append(os.pidfd_open(pid))
+        except ProcessLookupError:
+            pass
+        try:
+            sock.send(str(pid).encode())
+        except OSError:
+            os._exit(0)
+
+
+def _enter_task(stdin_fd: int, stdout_fd: int, task_pidfd: int) -> None:
+    """In a forked process: take the task's pipes as stdin/stdout/stderr, and die with it."""
+    set_name(TASK_NAME)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # user code may wait for its children
+    os.dup2(stdin_fd, 0)
+    os.dup2(stdout_fd, 1)
+    os.dup2(stdout_fd, 2)
+    os.close(stdin_fd)
+    os.close(stdout_fd)
+
+    def die_with_task():
+        select.select([task_pidfd], [], [])
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=die_with_task, name="sparktf-die-with-task", daemon=True).start()

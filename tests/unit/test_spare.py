@@ -1,0 +1,152 @@
+"""Spare processes (sparktf.runtime.spare): a fork per task, bounded lives, no leftovers.
+
+Real processes and real TensorFlow imports; the Python worker is this test process.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+import cloudpickle
+import pytest
+
+from sparktf.errors import InvalidInputError
+from sparktf.launcher import spare_idle_s
+from sparktf.runtime import spare
+from sparktf.runtime.context import DONE_LINE
+from tests.conftest import spare_pids, wait_gone
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(autouse=True)
+def no_spare_left():
+    yield
+    spare.stop()
+
+
+def _env(**extra) -> dict:
+    env = dict(os.environ, PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="3")
+    env.update(extra)
+    return env
+
+
+def _describe(args, ctx):
+    import os
+    import sys
+    return {"pid": os.getpid(), "ppid": os.getppid(), "cwd": os.getcwd(),
+            "tensorflow": "tensorflow" in sys.modules, "marker": os.environ.get("MARK")}
+
+
+def _run(proc, workdir: str, fn=_describe) -> dict:
+    """Runs ``fn`` in a task process by the child protocol; returns its result."""
+    path = os.path.join(workdir, "payload.pkl")
+    with open(path, "wb") as f:
+        cloudpickle.dump((cloudpickle.dumps((fn, None)), None, {}), f)
+    result = os.path.join(workdir, "result.pkl")
+    proc.stdin.write(json.dumps({"payload": path, "result": result, "cwd": workdir}) + "\n")
+    proc.stdin.flush()
+    output = []
+    for line in proc.stdout:
+        if line.rstrip("\n") == DONE_LINE:
+            break
+        output.append(line)
+    proc.stdin.close()
+    assert proc.wait(timeout=60) is not None
+    with open(result, "rb") as f:
+        status, value, _ = cloudpickle.load(f)
+    assert status == "ok", (value, output)
+    return value
+
+
+def test_each_task_gets_a_fresh_fork_of_one_spare_that_has_imported_tensorflow():
+    env = _env(MARK="a")
+    seen = []
+    for _ in range(3):
+        with tempfile.TemporaryDirectory() as workdir:
+            proc = spare.request(env, 30).process()
+            assert isinstance(proc, spare.Forked)
+            seen.append(_run(proc, workdir))
+            spare.stop_process(proc)
+            assert os.path.realpath(seen[-1]["cwd"]) == os.path.realpath(workdir)
+    spares = spare_pids()
+    print("\nforks:", [(s["pid"], s["ppid"]) for s in seen], "spares:", spares)
+    assert len({s["pid"] for s in seen}) == 3, "one process per task"
+    assert len({s["ppid"] for s in seen}) == 1, "all forked by the same spare"
+    assert seen[0]["ppid"] in spares
+    assert all(s["tensorflow"] and s["marker"] == "a" for s in seen)
+
+
+def test_a_spare_serves_one_environment_and_a_new_one_replaces_it():
+    with tempfile.TemporaryDirectory() as workdir:
+        first = spare.request(_env(MARK="a"), 30).process()
+        assert _run(first, workdir)["marker"] == "a"
+        spare.stop_process(first)
+        old = first_parent = spare._spare.proc.pid
+        second = spare.request(_env(MARK="b"), 30).process()
+        result = _run(second, workdir)
+        spare.stop_process(second)
+    assert result["marker"] == "b" and result["ppid"] != first_parent
+    assert wait_gone([old], 30) == [], "the spare of the old environment was stopped"
+
+
+def test_an_idle_spare_leaves_and_the_next_task_gets_a_new_one():
+    env = _env(MARK="idle")
+    with tempfile.TemporaryDirectory() as workdir:
+        proc = spare.request(env, 2).process()
+        first = _run(proc, workdir)
+        spare.stop_process(proc)
+        assert wait_gone([first["ppid"]], 60) == [], "idle spare still alive after 2 s idle"
+        proc = spare.request(env, 2).process()
+        second = _run(proc, workdir)
+        spare.stop_process(proc)
+    assert second["ppid"] != first["ppid"]
+
+
+def test_a_spare_that_left_while_asked_means_the_task_starts_its_own_process():
+    env = _env(MARK="gone")
+    req = spare.request(env, 30)
+    os.kill(spare._spare.proc.pid, signal.SIGKILL)  # gone before it could answer
+    assert req.process() is None
+    with tempfile.TemporaryDirectory() as workdir:
+        proc = spare.spawn(env, workdir)
+        assert _run(proc, workdir)["marker"] == "gone"
+        spare.stop_process(proc)
+
+
+def test_a_forked_process_dies_with_its_task_and_a_spare_with_its_python_worker():
+    """A 'task' process asks the spare for a fork, then is killed: the fork goes with it;
+    then its Python worker goes and the spare goes too."""
+    task = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import os, sys
+        from sparktf.runtime import spare
+        env = dict(os.environ, MARK="orphan")
+        proc = spare.request(env, 300).process()
+        print(proc.pid, spare._spare.proc.pid, flush=True)
+        sys.stdin.read()
+        """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=_env())
+    forked, spare_pid = map(int, task.stdout.readline().split())
+    with open(f"/proc/{forked}/comm") as f:
+        assert f.read().strip() == spare.TASK_NAME.decode()
+    task.kill()
+    task.wait()
+    assert wait_gone([forked, spare_pid], 30) == []
+
+
+@pytest.mark.parametrize("conf, expected", [
+    ({}, 60.0), ({"spark.sparktf.spareIdleTimeout": "10"}, 10.0),
+    ({"spark.sparktf.spareIdleTimeout": "2.5s"}, 2.5),
+    ({"spark.sparktf.spareIdleTimeout": "0"}, 0.0),
+    ({"spark.python.worker.reuse": "false"}, 0.0)])
+def test_spare_idle_timeout_from_the_spark_conf(conf, expected):
+    assert spare_idle_s(conf) == expected
+
+
+@pytest.mark.parametrize("bad", ["-1", "soon", "inf", "nan"])
+def test_a_bad_spare_idle_timeout_is_refused(bad):
+    with pytest.raises(InvalidInputError, match="spareIdleTimeout must be a number"):
+        spare_idle_s({"spark.sparktf.spareIdleTimeout": bad})
