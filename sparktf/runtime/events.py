@@ -89,6 +89,10 @@ class EventClient:
         host, port, secret = json.loads(os.environ[CHANNEL_ENV])
         return cls((host, int(port)), secret, rank)
 
+    def fileno(self) -> int | None:
+        """The connection's socket (None when not connected), e.g. to see the driver hang up."""
+        return self._sock.fileno() if self._sock is not None else None
+
     def close(self) -> None:
         """Closes the connection; safe to call twice."""
         if self._reader is not None:

@@ -235,7 +235,10 @@ def serve(fd: int, idle_s: float, become_task) -> None:
             os._exit(0)  # the Python worker closed the socket, or died
         sys.stdout.flush()
         sys.stderr.flush()
+        set_name(TASK_NAME)  # the process is born with its name (ps, the leak tests)
         pid = os.fork()
+        if pid != 0:
+            set_name(SPARE_NAME)
         if pid == 0:
             sock.close()
             for pidfd in running:
@@ -257,7 +260,6 @@ def serve(fd: int, idle_s: float, become_task) -> None:
 
 def _enter_task(stdin_fd: int, stdout_fd: int, task_pidfd: int) -> None:
     """In a forked process: take the task's pipes as stdin/stdout/stderr, and die with it."""
-    set_name(TASK_NAME)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # user code may wait for its children
     os.dup2(stdin_fd, 0)
     os.dup2(stdout_fd, 1)

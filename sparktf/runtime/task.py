@@ -16,6 +16,7 @@ import dataclasses
 import json
 import os
 import re
+import select
 import sys
 import tempfile
 import threading
@@ -216,6 +217,7 @@ class _Child:
         self.result_path = os.path.join(workdir, "result.pkl")
         self.tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
         self.dog = self.stalled = None  # the task's own watchdog (``_own_watchdog``)
+        self.abandoned = False  # the driver ended the job while our process ran
         self.env = child_env(spec, devices, cpus)
         self.proc = None
         self.request = None
@@ -262,7 +264,7 @@ class _Child:
         forward = ctx.isChief
         waiting: threading.Thread | None = None
         failed: list[BaseException] = []
-        with self._own_watchdog():
+        with self._own_watchdog(), self._stop_when_abandoned():
             for line in self.proc.stdout:
                 waiting = self._line(line, release, waiting, failed, forward)
         code = self.proc.wait()
@@ -287,6 +289,41 @@ class _Child:
 
         with watchdog.Watchdog(self.spec.stall_timeout, on_stall) as self.dog:
             yield
+
+    @contextlib.contextmanager
+    def _stop_when_abandoned(self):
+        """Stops our process when the driver hangs up the event channel while it runs.
+
+        The driver hangs up when its job has ended: after every task has finished, or
+        when the stage failed or was cancelled. In the second case Spark may leave this
+        Python worker running (it destroys a killed task's worker only if the task has
+        not completed by then), and our process would wait forever for peers that are
+        gone (a collective with a dead worker). A blocking poll, woken at the end."""
+        channel = self.events.fileno()
+        if channel is None:
+            yield
+            return
+        wake_r, wake_w = os.pipe()
+
+        def watch():
+            poller = select.poll()
+            poller.register(channel, select.POLLRDHUP)  # HUP and ERR are always reported
+            poller.register(wake_r, select.POLLIN)
+            ready = dict(poller.poll())
+            if wake_r not in ready and channel in ready:
+                self.abandoned = True
+                self.proc.kill()
+
+        watcher = threading.Thread(target=watch, name=f"sparktf-abandoned-{self.rank}",
+                                   daemon=True)
+        watcher.start()
+        try:
+            yield
+        finally:
+            os.write(wake_w, b"x")
+            watcher.join()
+            os.close(wake_r)
+            os.close(wake_w)
 
     def _line(self, line: str, release, waiting, failed: list, forward: bool):
         """Handles one line of the child's output; returns the release thread, if any."""
@@ -335,6 +372,10 @@ class _Child:
                 f"TaskStalledError: no progress for {self.spec.stall_timeout:g} s "
                 f"(stallTimeout); last seen {watchdog.describe(self.stalled)}. Watched by the "
                 "task itself: the driver's event channel was out of its reach.")}, log_tail, 0
+        if self.abandoned:
+            return "error", {"message": "the driver ended the job while this task's process "
+                                        "ran (another task failed, or the stage was "
+                                        "cancelled); the process was stopped"}, log_tail, 0
         if not os.path.exists(self.result_path):
             how = f" with code {code}" if code is not None and code >= 0 else ""
             return "error", {"message": f"the task's process exited{how} before reporting a "

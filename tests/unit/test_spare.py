@@ -30,7 +30,9 @@ def no_spare_left():
 
 
 def _env(**extra) -> dict:
-    env = dict(os.environ, PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="3")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="3",
+               PYTHONPATH=root)  # the functions run are this module's
     env.update(extra)
     return env
 
