@@ -13,7 +13,7 @@ from tests import conftest
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "connect_jobs.py")
 SCENARIOS = ["fit_transform", "run_with_df", "bad_input", "pipeline_persistence",
-             "cross_validator", "streaming"]
+             "cross_validator", "train_validation_split", "streaming"]
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -64,6 +64,13 @@ def test_cross_validator_on_connect(found):
     result = _ok(found, "cross_validator")
     assert result["best"] == "TFModel"
     assert result["avgMetrics"][1] > result["avgMetrics"][0] + 0.2
+
+
+def test_train_validation_split_on_connect(found):
+    result = _ok(found, "train_validation_split")
+    assert result["best"] == "TFModel"
+    assert result["validationMetrics"][1] > result["validationMetrics"][0]  # 64 > 4 units
+    assert result["test_accuracy"] > 0.85
 
 
 def test_streaming_query_scored_into_a_memory_sink_on_connect(found):

@@ -132,6 +132,26 @@ def cross_validator(spark, workdir):
                              "best": type(model.bestModel).__name__})
 
 
+def train_validation_split(spark, workdir):
+    from pyspark.ml.evaluation import MulticlassClassificationEvaluator
+    from pyspark.ml.tuning import ParamGridBuilder, TrainValidationSplit
+
+    from sparktf.ml import TFEstimator
+    from tests.integration import models
+    train, test = digits(spark)
+    est = TFEstimator(modelFn=models.digits_sized, numWorkers=2, epochs=4, batchSize=64,
+                      learningRate=3e-3)
+    grid = ParamGridBuilder().addGrid(est.hyperParams, [{"units": 4}, {"units": 64}]).build()
+    evaluator = MulticlassClassificationEvaluator(metricName="accuracy")
+    tvs = TrainValidationSplit(estimator=est, estimatorParamMaps=grid, trainRatio=0.75,
+                               seed=7, evaluator=evaluator)
+    model = tvs.fit(train)
+    emit("train_validation_split", {"validationMetrics": list(model.validationMetrics),
+                                    "best": type(model.bestModel).__name__,
+                                    "test_accuracy": evaluator.evaluate(
+                                        model.transform(test))})
+
+
 def streaming(spark, workdir):
     """A streaming DataFrame scored by TFModel.transform into a memory sink."""
     from sparktf.ml import TFEstimator
@@ -153,7 +173,8 @@ def streaming(spark, workdir):
 
 SCENARIOS = {"fit_transform": fit_transform, "run_with_df": run_with_df,
              "bad_input": bad_input, "pipeline_persistence": pipeline_persistence,
-             "cross_validator": cross_validator, "streaming": streaming}
+             "cross_validator": cross_validator, "streaming": streaming,
+             "train_validation_split": train_validation_split}
 
 
 def main(argv):
