@@ -3,19 +3,32 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.sparktf-installed
+# A second environment at the lowest versions sparktf declares (constraints-lowest.txt).
+LOWEST := .venv-lowest
+LOWEST_STAMP := $(LOWEST)/.sparktf-installed
 
-.PHONY: demo test unit integration bench java-check clean
+.PHONY: demo test test-lowest unit integration bench java-check clean
 
-$(STAMP): pyproject.toml setup.cfg Makefile
+$(STAMP): pyproject.toml setup.cfg Makefile constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "sparktf needs Python 3.11 or newer; set PYTHON=/path/to/python3.11")'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
 	@# Bytecode for every installed package, written once: with PYTHONDONTWRITEBYTECODE set
 	@# (as on our CI machines) each Spark Python worker and task process would otherwise
 	@# compile TensorFlow again on every import (12.7 s instead of 6 s for `import tensorflow`).
 	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib > /dev/null
 	touch $(STAMP)
+
+# The lower bounds first, then sparktf under them as constraints: pip must not move them.
+$(LOWEST_STAMP): pyproject.toml constraints-lowest.txt constraints.txt Makefile
+	test -x $(LOWEST)/bin/python || $(PYTHON) -m venv $(LOWEST)
+	$(LOWEST)/bin/python -m pip install --quiet --upgrade pip
+	$(LOWEST)/bin/python -m pip install --quiet -r constraints-lowest.txt
+	$(LOWEST)/bin/python -m pip install --quiet -c constraints-lowest.txt -e . \
+		$$(grep -E '^(pytest|pytest-timeout|iniconfig|pluggy)==' constraints.txt)
+	$(LOWEST)/bin/python -m compileall -q -j 0 $(LOWEST)/lib > /dev/null
+	touch $(LOWEST_STAMP)
 
 java-check:
 	@scripts/check_java.sh
@@ -23,8 +36,13 @@ java-check:
 demo: java-check $(STAMP)
 	$(BIN)/python -m sparktf.demo
 
-test: java-check $(STAMP)
+test: java-check $(STAMP) $(LOWEST_STAMP)
 	$(BIN)/python -m pytest tests
+	$(MAKE) --no-print-directory test-lowest
+
+# The unit tests and one fit + transform at the lowest declared versions.
+test-lowest: java-check $(LOWEST_STAMP)
+	$(LOWEST)/bin/python -m pytest -p no:cacheprovider tests/unit tests/integration/test_smoke.py
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit
@@ -37,4 +55,4 @@ bench: java-check $(STAMP)
 	$(BIN)/python bench/feed_bench.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) $(LOWEST) build *.egg-info .pytest_cache

@@ -19,8 +19,9 @@ TensorFlow imported and forks each task's process) and off
 (``spark.sparktf.spareIdleTimeout=0``: every task starts a fresh process, as before
 spares existed). Warm figures are medians of ``--repeats`` jobs after one unmeasured
 job of the same kind; cold figures are the first job of a new SparkSession. The
-phase tables show where a warm job's time goes: seconds since the driver's
-``launch`` when each phase was reached, on the driver and on each task.
+phase tables show where a warm job's time goes: seconds since the driver's first
+phase (``fit called`` or ``launch``) when each phase was reached, on the driver and
+on each task.
 """
 
 from __future__ import annotations
@@ -188,8 +189,8 @@ def cv_seconds(spark, spares: bool) -> tuple[float, list[float]]:
 
 
 def phase_table(title: str, records: list[tuple]) -> None:
-    """Seconds since the driver's ``launch``, per phase, for the driver and each rank."""
-    start = next((t for rank, name, t in records if rank is None and name == "launch"), None)
+    """Seconds since the driver's first phase, per phase, for the driver and each rank."""
+    start = min((t for rank, _, t in records if rank is None), default=None)
     if start is None:
         print(f"\n{title}: no phases recorded")
         return
@@ -201,7 +202,7 @@ def phase_table(title: str, records: list[tuple]) -> None:
             names.append(name)
         at.setdefault((rank, name), t - start)
     header = f"  {'phase':24}{'driver':>9}" + "".join(f"{'rank ' + str(r):>9}" for r in ranks)
-    print(f"\n{title} (seconds since launch)\n{header}")
+    print(f"\n{title} (seconds since the first)\n{header}")
     for name in names:
         cells = [at.get((who, name)) for who in [None, *ranks]]
         print(f"  {name:24}" + "".join(f"{c:9.2f}" if c is not None else f"{'':9}"
@@ -234,7 +235,6 @@ def main() -> int:
     spark = common.session()
     warm: dict[str, float] = {}
     phases_of: dict[str, list] = {}
-    feed = cv = None
     try:
         df = small_frame(spark)
         run_job = jobs(spark, df)
@@ -247,29 +247,36 @@ def main() -> int:
                     warm[f"{kind}, {tag}"], phases_of[f"{kind}, {tag}"] = warm_times(
                         run_job[kind], args.repeats, phases)
             set_spares(spark, True)
-        keras_s = keras_fit_seconds(df)
+        print_warm(warm, keras_fit_seconds(df), args.repeats)
         if not args.skip_feed:
-            import feed_bench
-            feed = {}
-            for rows in sorted(args.feed_rows):
-                big = common.higgs_like(spark, rows).cache()
-                assert big.count() == rows
-                feed[rows] = (feed_bench.run_ceiling(big, rows),
-                              feed_bench.run_sparktf(spark, big, rows)[0])
-                big.unpersist()
+            print_feed(spark, args.feed_rows)
         if not args.skip_cv:
             cv = {spares: cv_seconds(spark, spares) for spares in (False, True)}
             set_spares(spark, True)
+            off, on = cv[False][0], cv[True][0]
+            print("\nCrossValidator, 3 folds x 2 points, digits (1,797 rows), 3 epochs, "
+                  "2 workers")
+            print(f"  spares off {off:7.1f} s   spares on {on:7.1f} s   on / off "
+                  f"{on / off:5.2f}   (avgMetrics on: "
+                  f"{', '.join(f'{m:.3f}' for m in cv[True][1])})", flush=True)
+        for key, records in phases_of.items():
+            phase_table(f"phases of a warm {key}", records)
     finally:
         spark.stop()
-    cold = {} if args.skip_cold else cold_times(["floor", "run", "fit"])
+    if not args.skip_cold:
+        cold = cold_times(["floor", "run", "fit"])
+        print("\ncold: the first job of a new SparkSession (spares on)")
+        for kind, seconds in cold.items():
+            print(f"  {kind:6}{seconds:8.2f} s{seconds / cold['floor']:8.2f} x the cold floor")
+    return 0
 
+
+def print_warm(warm: dict[str, float], keras_s: float, repeats: int) -> None:
     floor = warm["floor"]
     print(f"\nfixed cost, local-cluster[2,1,2048], 2 tasks, {ROWS:,} cached rows; warm = "
-          f"median of {args.repeats}")
-    print(f"  {'job':34}{'warm s':>8}{'/ floor':>9}{'target':>9}{'cold s':>9}")
-    print(f"  {'floor: barrier mapInArrow+allGather':34}{floor:8.2f}{1.0:9.2f}{'':>9}"
-          f"{cold.get('floor', float('nan')):9.2f}")
+          f"median of {repeats}")
+    print(f"  {'job':34}{'warm s':>8}{'/ floor':>9}{'target':>9}")
+    print(f"  {'floor: barrier mapInArrow+allGather':34}{floor:8.2f}{1.0:9.2f}")
     for key, seconds in warm.items():
         if key == "floor":
             continue
@@ -277,25 +284,28 @@ def main() -> int:
         on = key.endswith("spares on")
         target = f"<= {TARGETS[kind]:g}" if on else ""
         met = "" if not on else (" met" if seconds / floor <= TARGETS[kind] else " NOT met")
-        cold_s = cold.get(kind) if on else None
-        print(f"  {'sparktf ' + key:34}{seconds:8.2f}{seconds / floor:9.2f}{target:>9}"
-              f"{cold_s if cold_s is not None else float('nan'):9.2f}{met}")
-    print(f"  {'keras Model.fit, one process':34}{keras_s:8.2f}{keras_s / floor:9.2f}")
-    if feed:
-        print("\nfeed end to end, 2 workers, 28-float rows (rows/s)")
-        print(f"  {'rows':>10}{'ceiling':>12}{'sparktf':>12}{'ratio':>8}")
-        first = min(feed)
-        for rows, (ceiling, ours) in sorted(feed.items()):
-            note = "  (target >= 0.5)" if rows == first else ""
-            print(f"  {rows:10,}{ceiling:12,.0f}{ours:12,.0f}{ours / ceiling:8.2f}{note}")
-    if cv:
-        off, on = cv[False][0], cv[True][0]
-        print("\nCrossValidator, 3 folds x 2 points, digits (1,797 rows), 3 epochs, 2 workers")
-        print(f"  spares off {off:7.1f} s   spares on {on:7.1f} s   on / off {on / off:5.2f}"
-              f"   (avgMetrics on: {', '.join(f'{m:.3f}' for m in cv[True][1])})")
-    for key, records in phases_of.items():
-        phase_table(f"phases of a warm {key}", records)
-    return 0
+        print(f"  {'sparktf ' + key:34}{seconds:8.2f}{seconds / floor:9.2f}{target:>9}{met}")
+    print(f"  {'keras Model.fit, one process':34}{keras_s:8.2f}{keras_s / floor:9.2f}",
+          flush=True)
+
+
+def print_feed(spark, sizes) -> None:
+    import cloudpickle
+    import feed_bench
+    from pyspark import cloudpickle as spark_cloudpickle
+    for pickler in (cloudpickle, spark_cloudpickle):  # executors cannot import it
+        pickler.register_pickle_by_value(feed_bench)
+    print("\nfeed end to end, 2 workers, 28-float rows (rows/s)")
+    print(f"  {'rows':>10}{'ceiling':>12}{'sparktf':>12}{'ratio':>8}")
+    for rows in sorted(sizes):
+        big = common.higgs_like(spark, rows).cache()
+        assert big.count() == rows
+        ceiling = feed_bench.run_ceiling(big, rows)
+        ours = feed_bench.run_sparktf(spark, big, rows)[0]
+        big.unpersist()
+        note = "  (target >= 0.5)" if rows == min(sizes) else ""
+        print(f"  {rows:10,}{ceiling:12,.0f}{ours:12,.0f}{ours / ceiling:8.2f}{note}",
+              flush=True)
 
 
 if __name__ == "__main__":

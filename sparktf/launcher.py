@@ -25,7 +25,7 @@ from sparktf.errors import (ClusterFormationError, ExecutorEnvironmentError, Exe
                             InvalidInputError, JobTimeoutError, SparkTFError, TaskFailedError,
                             TaskStalledError)
 from sparktf.resources import TaskResources, check_gpu_conf, gpus_scheduled
-from sparktf.runtime import cluster, gpu
+from sparktf.runtime import cluster, gpu, row_checks
 from sparktf.runtime import task as task_runtime
 from sparktf.watchdog import Watchdog
 
@@ -132,6 +132,7 @@ class _Stage:
     evaluator: bool = False
     resources: "TaskResources | None" = None
     spare_idle_s: float = 0.0
+    row_checks: "row_checks.RowChecks | None" = None
 
     @property
     def layout(self) -> cluster.Layout:
@@ -149,7 +150,7 @@ class _Stage:
             split_column=self.split_column, parquet_uri=self.parquet_uri,
             event_address=server.address, event_secret=server.secret,
             evaluator=self.evaluator, stall_timeout=self.stall_timeout,
-            spare_idle_s=self.spare_idle_s)
+            spare_idle_s=self.spare_idle_s, row_checks=self.row_checks)
 
 
 def launch(spark, payload: bytes, *, num_workers: int, num_ps: int = 0, df=None,
@@ -158,11 +159,13 @@ def launch(spark, payload: bytes, *, num_workers: int, num_ps: int = 0, df=None,
            on_event: Callable[[dict], None] | None = None,
            what: str = "sparktf.run", stall_timeout: float | None = None,
            parquet_uri: str | None = None, evaluator: bool = False,
-           resources: TaskResources | None = None) -> list[Any]:
+           resources: TaskResources | None = None,
+           checks: row_checks.RowChecks | None = None) -> list[Any]:
     """Runs one barrier stage (the tasks of ``cluster.assign_roles``); returns unpickled results.
 
     With ``stall_timeout``, a rank that has sent heartbeats and then stays silent that
-    long stops the stage with ``TaskStalledError``.
+    long stops the stage with ``TaskStalledError``. With ``checks``, the tasks check the
+    rows they receive and bad data raises ``InvalidInputError``.
     """
     _ensure_log_handler()
     log_phase(None, "launch")
@@ -171,7 +174,7 @@ def launch(spark, payload: bytes, *, num_workers: int, num_ps: int = 0, df=None,
     use_gpu = gpu.use_gpu_value(use_gpu)
     stage = _Stage(payload, num_workers, num_ps, tuple(columns), split_column, use_gpu,
                    model_dir, timeout, what, stall_timeout, parquet_uri, evaluator, resources,
-                   spare_idle_s(conf, session.setting(SPARE_IDLE_CONF)))
+                   spare_idle_s(conf, session.setting(SPARE_IDLE_CONF)), checks)
     cluster_check.check_security(conf, what)
     if resources is not None:
         resources.check(conf)
@@ -400,6 +403,9 @@ class _EventCollector:
 
 def _translate(exc: Exception, errors: dict[int, dict], what: str) -> SparkTFError:
     """The most useful sparktf error for a failed barrier stage."""
+    invalid = [info for _, info in sorted(errors.items()) if info.get("invalid_input")]
+    if invalid:  # the data is at fault, and every task said so
+        return InvalidInputError(invalid[0].get("message", ""))
     if errors:
         first = failures.primary_failure(errors)  # the root cause; the others are logged
         info = errors[first]

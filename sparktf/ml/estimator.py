@@ -24,6 +24,7 @@ from sparktf.ml.params import _TFEstimatorParams, add_setters, without_none
 from sparktf.ml.progress import EpochProgress
 from sparktf.resources import TaskResources
 from sparktf.runtime import storage, training
+from sparktf.runtime.row_checks import RowChecks
 
 logger = logging.getLogger("sparktf")
 
@@ -99,7 +100,9 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
         return TFEstimatorReader(cls)
 
     def _fit(self, dataset: DataFrame) -> TFModel:
+        launcher.log_phase(None, "fit called")
         self._validate(dataset)
+        launcher.log_phase(None, "input checked")
         run_dir = self._run_dir(sessions.Session(dataset.sparkSession).master)
         spec = self._train_spec(run_dir)
         payload = pickling.pickle_main(training.train_main, spec,
@@ -130,8 +133,10 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                     use_gpu=self.getUseGpu(), model_dir=run_dir, on_event=progress,
                     what="TFEstimator.fit", stall_timeout=self.getStallTimeout(),
                     parquet_uri=parquet_uri, evaluator=self.getEvaluator(),
-                    resources=resources)
-                return self._make_model(results)
+                    resources=resources, checks=self._row_checks())
+                model = self._make_model(results)
+                launcher.log_phase(None, "model made")
+                return model
             except SparkTFError as failure:
                 decision = policy.decide(failure, retries)
                 if not decision.retry:
@@ -174,7 +179,13 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                 f"batchSize is the global batch, shared by the workers: it must be at least "
                 f"numWorkers. Received: batchSize={self.getBatchSize()}, "
                 f"numWorkers={self.getNumWorkers()}")
-        schema.check_rows(dataset, self.featureColumns(), self.getLabelCol(), weight)
+
+    def _row_checks(self) -> RowChecks:
+        """The checks the tasks make of the rows they receive (nulls, labels, weights)."""
+        weight = self.getWeightColOrNone()
+        columns = tuple(dict.fromkeys([*self.featureColumns(), self.getLabelCol(),
+                                       *([weight] if weight else [])]))
+        return RowChecks(columns, self.getLabelCol(), weight)
 
     def _holds_out_rows(self) -> bool:
         """Whether some rows are held out for validation (validationCol or a fraction)."""

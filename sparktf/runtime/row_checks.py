@@ -1,0 +1,97 @@
+"""Checks of a fit's rows made while the tasks receive them: empty input, nulls,
+non-finite labels, negative or non-finite weights.
+
+They need one pass over the data, so they ride on the pass that feeds the tasks
+instead of a Spark job of their own before it (which was a second pass over an
+uncached input, and half a second even over a cached one). Each task counts its
+rows' problems, the counts travel with the address exchange (``allGather``), and
+every task refuses the data with the same message, naming the column and the
+totals, before any TensorFlow process gets its payload. The driver raises it as
+``InvalidInputError``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterable, Iterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+
+@dataclasses.dataclass(frozen=True)
+class RowChecks:
+    """What to check: ``columns`` hold no nulls, ``label`` is finite, ``weight`` is
+    finite and >= 0."""
+
+    columns: tuple[str, ...]
+    label: str | None = None
+    weight: str | None = None
+
+    def counter(self) -> "Counts":
+        return Counts(self)
+
+
+class Counts:
+    """One task's counts of rows and problems."""
+
+    def __init__(self, checks: RowChecks):
+        self.checks = checks
+        self.rows = 0
+        self.nulls = {c: 0 for c in checks.columns}
+        self.nonfinite = 0
+        self.bad_weights = 0
+
+    def watch(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Passes the batches through, counting as they go."""
+        for batch in batches:
+            self.add(batch)
+            yield batch
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        self.rows += batch.num_rows
+        for column in self.nulls:
+            self.nulls[column] += batch.column(column).null_count
+        if self.checks.label is not None:
+            self.nonfinite += _count(batch.column(self.checks.label), negative=False)
+        if self.checks.weight is not None:
+            self.bad_weights += _count(batch.column(self.checks.weight), negative=True)
+
+    def as_dict(self) -> dict:
+        return {"rows": self.rows, "nulls": self.nulls, "nonfinite": self.nonfinite,
+                "bad_weights": self.bad_weights}
+
+
+def _count(values: pa.Array, negative: bool) -> int:
+    """Non-null values that are NaN or infinite (and, with ``negative``, below 0)."""
+    bad = None
+    if pa.types.is_floating(values.type):
+        bad = pc.invert(pc.is_finite(values))
+    if negative and (pa.types.is_floating(values.type) or pa.types.is_integer(values.type)):
+        below = pc.less(values, 0)
+        bad = below if bad is None else pc.or_(bad, below)
+    if bad is None:
+        return 0
+    return int(pc.sum(pc.fill_null(bad, False).cast(pa.int64())).as_py() or 0)
+
+
+def problem(checks: RowChecks, counts: list[dict]) -> str | None:
+    """The first problem over every task's counts, as the message for the user."""
+    rows = sum(c["rows"] for c in counts)
+    if rows == 0:
+        return "The DataFrame given to fit has no rows. Check the filters that produced it."
+    for column in checks.columns:
+        nulls = sum(c["nulls"][column] for c in counts)
+        if nulls:
+            return (f"Column '{column}' has {nulls} null value(s); sparktf does not train on "
+                    f"nulls. Drop them (df.na.drop(subset=['{column}'])) or fill them.")
+    nonfinite = sum(c["nonfinite"] for c in counts)
+    if nonfinite:
+        return (f"The label column '{checks.label}' has {nonfinite} NaN or infinite value(s); "
+                "training on them would make the loss NaN. Drop or fix those rows.")
+    bad_weights = sum(c["bad_weights"] for c in counts)
+    if bad_weights:
+        return (f"The weight column '{checks.weight}' has {bad_weights} negative, NaN or "
+                "infinite value(s); weights must be finite numbers >= 0. Fix or drop those "
+                "rows.")
+    return None

@@ -1,0 +1,49 @@
+"""Row checks made as tasks receive their rows: counts per task, one message for all."""
+
+import math
+
+import pyarrow as pa
+
+from sparktf.runtime.row_checks import RowChecks, problem
+
+CHECKS = RowChecks(("features", "label", "w"), "label", "w")
+
+
+def _counts(*batches):
+    counts = CHECKS.counter()
+    assert sum(b.num_rows for b in counts.watch(batches)) == sum(b.num_rows for b in batches)
+    return counts.as_dict()
+
+
+def _batch(features, labels, weights):
+    return pa.RecordBatch.from_pydict({
+        "features": pa.array(features, pa.list_(pa.float64())),
+        "label": pa.array(labels, pa.float64()), "w": pa.array(weights, pa.int64())})
+
+
+def test_problems_are_counted_over_every_batch_and_summed_over_every_task():
+    first = _counts(_batch([[1.0], None], [1.0, math.nan], [1, -2]),
+                    _batch([[2.0]], [math.inf], [None]))
+    second = _counts(_batch([None, [3.0]], [None, 0.5], [0, 3]))
+    assert first == {"rows": 3, "nulls": {"features": 1, "label": 0, "w": 1},
+                     "nonfinite": 2, "bad_weights": 1}
+    assert second["nulls"] == {"features": 1, "label": 1, "w": 0}
+    assert problem(CHECKS, [first, second]).startswith(
+        "Column 'features' has 2 null value(s); sparktf does not train on nulls.")
+
+
+def test_the_first_problem_in_order_rows_nulls_labels_weights():
+    clean = _counts(_batch([[1.0]], [1.0], [1]))
+    assert problem(CHECKS, [clean, clean]) is None
+    assert "has no rows" in problem(CHECKS, [_counts(), _counts()])
+    labels = _counts(_batch([[1.0], [2.0]], [math.nan, -math.inf], [1, 1]))
+    assert "label column 'label' has 2 NaN or infinite" in problem(CHECKS, [labels, clean])
+    weights = _counts(_batch([[1.0]], [1.0], [-1]))
+    assert "weight column 'w' has 1 negative, NaN or infinite" in problem(CHECKS, [weights])
+
+
+def test_integer_and_vector_labels_are_never_non_finite():
+    checks = RowChecks(("label",), "label")
+    counts = checks.counter()
+    counts.add(pa.RecordBatch.from_pydict({"label": pa.array([1, 2, None], pa.int64())}))
+    assert counts.as_dict()["nonfinite"] == 0 and counts.as_dict()["nulls"] == {"label": 1}
