@@ -387,6 +387,8 @@ class _EventCollector:
             dog = self.watchdog
             if dog is not None:
                 dog.beat(int(rank), event)
+            if self._on_event is not None:
+                self._on_event(event)  # the chief's carry the epoch's progress
         elif kind == "log":
             worker_logger.info("[rank %s] %s", rank, event.get("line", ""))
         elif kind == "phase":

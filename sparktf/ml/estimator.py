@@ -21,7 +21,7 @@ from sparktf.errors import InvalidInputError, SparkTFError
 from sparktf.ml import parquet_copy, schema
 from sparktf.ml.model import TFModel
 from sparktf.ml.params import _TFEstimatorParams, add_setters, without_none
-from sparktf.ml.progress import EpochProgress
+from sparktf.ml.progress import FitProgress
 from sparktf.resources import TaskResources
 from sparktf.runtime import storage, training
 from sparktf.runtime.row_checks import RowChecks
@@ -72,7 +72,7 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                  validationCol=None, shuffle=True, seed=None, inputMode="stream",
                  modelDir=None, maxRetries=0, useGpu="auto", callbacks=None,
                  stallTimeout=600.0, evaluator=False, tensorboard=False, summarySteps=0,
-                 taskCpus=None, taskGpus=None, weightCol=None, classWeight=None):
+                 taskCpus=None, taskGpus=None, weightCol=None, classWeight=None, verbose=1):
         super().__init__()
         self._set(**without_none(self._input_kwargs))
 
@@ -84,7 +84,8 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                   validationCol=None, shuffle=True, seed=None, inputMode="stream",
                   modelDir=None, maxRetries=0, useGpu="auto", callbacks=None,
                   stallTimeout=600.0, evaluator=False, tensorboard=False, summarySteps=0,
-                  taskCpus=None, taskGpus=None, weightCol=None, classWeight=None):
+                  taskCpus=None, taskGpus=None, weightCol=None, classWeight=None,
+                  verbose=1):
         """Sets the given Params; see the constructor."""
         return self._set(**without_none(self._input_kwargs))
 
@@ -125,7 +126,7 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
             tensorboard.start(storage.parent(run_dir))
         policy = failures.FailurePolicy(self.getMaxRetries())
         for retries in itertools.count():
-            progress = EpochProgress()
+            progress = FitProgress(self.getVerbose())
             try:
                 results = launcher.launch(
                     spark, payload, num_workers=self.getNumWorkers(),

@@ -47,6 +47,13 @@ def _positive_float(name: str) -> Callable[[Any], float]:
     return convert
 
 
+def _verbosity(value: Any) -> int:
+    if isinstance(value, bool) or value not in (0, 1, 2):
+        raise InvalidInputError("verbose must be 0 (silent), 1 (progress bar and one line per "
+                                f"epoch) or 2 (one line per epoch). Received: verbose={value!r}")
+    return int(value)
+
+
 def _fraction(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
         raise InvalidInputError("validationFraction must be in [0, 1). "
@@ -202,6 +209,9 @@ class _TFEstimatorParams(_TFSharedParams, HasLabelCol, HasSeed, HasWeightCol):
                                  "progress (a blocked callback, a collective that never "
                                  "completes) before the attempt is stopped",
                                  _positive_float("stallTimeout"))
+    verbose: Param = _param("verbose", "progress on the driver, as in Keras: 0 silent, 1 a "
+                            "live bar per epoch (Jupyter or a terminal) and one log line per "
+                            "epoch, 2 one log line per epoch", _verbosity)
 
     def __init__(self, *args):
         super().__init__(*args)
@@ -211,7 +221,7 @@ class _TFEstimatorParams(_TFSharedParams, HasLabelCol, HasSeed, HasWeightCol):
                          hyperParams={}, validationFraction=0.0, shuffle=True,
                          inputMode="stream", maxRetries=0, useGpu="auto", callbacks=[],
                          modelFn=None, stallTimeout=600.0, evaluator=False,
-                         tensorboard=False, summarySteps=0, seed=DEFAULT_SEED)
+                         tensorboard=False, summarySteps=0, seed=DEFAULT_SEED, verbose=1)
 
     def getModelFn(self):
         return self.getOrDefault(self.modelFn)
@@ -269,6 +279,9 @@ class _TFEstimatorParams(_TFSharedParams, HasLabelCol, HasSeed, HasWeightCol):
 
     def getStallTimeout(self) -> float:
         return self.getOrDefault(self.stallTimeout)
+
+    def getVerbose(self) -> int:
+        return self.getOrDefault(self.verbose)
 
     def getClassWeight(self) -> dict | None:
         return dict(self.getOrDefault(self.classWeight)) if self.isSet(self.classWeight) \

@@ -14,21 +14,33 @@ from sparktf.watchdog import FINISHED
 
 
 class Heartbeat:
-    """Tells the driver this task is alive and where it is: each phase, and every few seconds."""
+    """Tells the driver this task is alive and where it is: each phase, and every few seconds.
+
+    The chief's heartbeats also carry the epoch's progress (steps planned, rows done, its
+    last loss) for the driver's progress bar, twice a second.
+    """
 
     interval_s = 2.0
+    chief_interval_s = 0.5
 
     def __init__(self, ctx):
         self.ctx = ctx
         self.role = f"{ctx.jobName}:{ctx.taskIndex}"
+        self.chief = bool(getattr(ctx, "isChief", False))
+        if self.chief:
+            self.interval_s = self.chief_interval_s
         self._last = 0.0
 
     def __call__(self, where: str, epoch: int, step: int | None = None,
-                 force: bool = True) -> None:
+                 force: bool = True, progress=None) -> None:
+        """``progress()`` (chief only, called only when a heartbeat goes out) returns the
+        step-level figures: ``steps``, ``rows`` and, when known, ``loss``."""
         now = time.monotonic()
         if force or now - self._last >= self.interval_s:
             self._last = now
-            self.ctx.emit("heartbeat", role=self.role, where=where, epoch=epoch, step=step)
+            extra = progress() if progress is not None and self.chief else {}
+            self.ctx.emit("heartbeat", role=self.role, where=where, epoch=epoch, step=step,
+                          **extra)
 
     @contextlib.contextmanager
     def during(self, where: str, epoch: int):

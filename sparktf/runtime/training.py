@@ -353,7 +353,8 @@ class _EpochLoop(EpochRunner):
             if step == 0 and epoch == 0:
                 keras_steps.check_input_widths(list(_features(data)), self.specs,
                                                self.spec.feature_columns)
-            self.beat("training", epoch + 1, step, force=step == 0)
+            self.beat("training", epoch + 1, step, force=step == 0,
+                      progress=lambda: self._progress(step, logs))
             if hooks:
                 self.callbacks.on_train_batch_begin(step)
             logs = self.steps_fn.train(data, self.factors[step],
@@ -371,6 +372,16 @@ class _EpochLoop(EpochRunner):
 
     def validate(self) -> dict[str, float]:
         return self.validation.run(self.validation_step)
+
+    def _progress(self, step: int, logs) -> dict:
+        """The epoch so far for the driver's progress bar: ``step`` steps done, their rows
+        over every worker, and this worker's last loss (its own replica's, not reduced)."""
+        out = {"steps": self.steps, "epochs": self.spec.epochs,
+               "rows": int(self.plan.rows[:, :step].sum())}
+        loss = logs.get("loss") if isinstance(logs, dict) else None
+        if loss is not None:
+            out["loss"] = float(loss)
+        return out
 
     def agree_to_stop(self) -> bool:
         stop = self.steps_fn.any_worker(getattr(self.model, "stop_training", False))

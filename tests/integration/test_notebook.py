@@ -1,4 +1,5 @@
-"""The notebook in notebooks/ runs top to bottom (its own cells assert what they show)."""
+"""The notebook in notebooks/ runs top to bottom (its own cells assert what they show), and
+shows what it should: the plots as images, scored rows as a table, a live bar during fit."""
 
 import os
 
@@ -24,3 +25,14 @@ def test_notebook_executes(name, tmp_path):
     text = "".join(o.get("text", "") for o in outputs)
     assert "test accuracy: 0.9" in text
     assert "identical predictions after reload: True" in text
+    images = [o for o in outputs if "image/png" in o.get("data", {})]
+    assert len(images) >= 2, "the training curves and the confusion matrix are not shown"
+    for image in images:
+        assert len(image["data"]["image/png"]) > 10_000  # a rendered plot, base64
+    assert any("<table" in o.get("data", {}).get("text/html", "") and "confidence" in
+               o["data"]["text/html"] for o in outputs), "no table of scored rows"
+    widgets = [o for o in outputs
+               if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    assert widgets, "fit showed no progress widget"
+    assert any("sparktf epoch 1/12" in o["data"].get("text/plain", "") for o in widgets), \
+        [o["data"].get("text/plain") for o in widgets][:3]
