@@ -6,6 +6,7 @@ import contextlib
 import itertools
 import logging
 import os
+import sys
 import tempfile
 import time
 import uuid
@@ -137,6 +138,9 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                     resources=resources, checks=self._row_checks())
                 model = self._make_model(results)
                 launcher.log_phase(None, "model made")
+                if "mlflow" in sys.modules:  # MLflow is optional: only if the app uses it
+                    from sparktf.ml import tracking
+                    tracking.log_fit(self, model)
                 return model
             except SparkTFError as failure:
                 decision = policy.decide(failure, retries)

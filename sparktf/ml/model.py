@@ -17,6 +17,7 @@ from sparktf.ml import schema
 from sparktf.ml.params import _TFModelParams, add_setters, without_none
 from sparktf.runtime import inference, storage
 
+MLFLOW_SCHEMES = ("runs:/", "models:/")  # modelPath naming a model sparktf logged to MLflow
 _SPARK_TYPES = {"float32": T.FloatType(), "float64": T.DoubleType(), "int32": T.IntegerType(),
                 "int64": T.LongType(), "bool": T.BooleanType()}
 
@@ -129,6 +130,9 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
             raise InvalidInputError("TFModel needs modelPath: the SavedModel to score with. "
                                     "Received: modelPath unset")
         path = self.getModelPath()
+        if path.startswith(MLFLOW_SCHEMES):  # runs:/..., models:/...: MLflow is optional
+            from sparktf.ml import tracking
+            path = tracking.resolve(path)
         if not storage.exists(path):
             raise InvalidInputError(f"No SavedModel at modelPath={path!r}. Check the path; "
                                     "it must be readable from the driver and every executor.")

@@ -1,0 +1,121 @@
+"""MLflow tracking of fits, and MLflow model URIs for ``TFModel``; optional (``sparktf[mlflow]``).
+
+This module imports MLflow; sparktf imports it only when the application has
+imported MLflow itself (a fit) or names an MLflow URI (a TFModel). A fit logs to
+MLflow only when an MLflow run is active, which includes the run that
+``mlflow.pyspark.ml.autolog()`` opens around every ``Estimator.fit``. It then logs
+the estimator's Params (those autolog has not logged already), the per-epoch
+metrics (``step`` = epoch, ``val_*`` included) and the trained model as an MLflow
+``pyfunc`` model over the exported SavedModel, which ``mlflow.pyfunc.load_model``
+loads and serves, predicting what ``TFModel.transform`` predicts. A failure to
+log never fails the fit: one warning says why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import tempfile
+
+import mlflow
+
+logger = logging.getLogger("sparktf")
+
+MODEL_NAME = "model"  # the logged model's name (artifact path) in the run
+SAVED_MODEL_ARTIFACT = "saved_model"
+_warned = False
+
+
+def log_fit(estimator, model) -> None:
+    """Logs a finished fit to the active MLflow run, if there is one."""
+    try:
+        run = mlflow.active_run()
+        if run is None:
+            return
+        logged = mlflow.get_run(run.info.run_id).data.params
+        params = {p.name: _text(v) for p, v in estimator.extractParamMap().items()
+                  if not callable(v) and p.name not in ("callbacks",)}
+        mlflow.log_params({k: v for k, v in params.items() if k not in logged})
+        history = model.getHistory()
+        epochs = max((len(v) for v in history.values()), default=0)
+        for epoch in range(epochs):
+            mlflow.log_metrics({k: float(v[epoch]) for k, v in history.items()
+                                if epoch < len(v)}, step=epoch + 1)
+        log_model(model)
+    except Exception as e:  # tracking must never cost the user the trained model
+        _warn_once(e)
+
+
+def log_model(model) -> None:
+    """Logs ``model`` (a TFModel) as a pyfunc model over its SavedModel."""
+    import pyarrow
+    import tensorflow
+
+    from sparktf.runtime import storage
+
+    spec = model._score_spec(None)
+    with tempfile.TemporaryDirectory(prefix="sparktf-mlflow-") as local:
+        saved = storage.get_dir(spec.model_path, os.path.join(local, SAVED_MODEL_ARTIFACT))
+        mlflow.pyfunc.log_model(
+            name=MODEL_NAME, python_model=SparkTFPyfunc(spec),
+            artifacts={SAVED_MODEL_ARTIFACT: saved},
+            pip_requirements=["sparktf", f"tensorflow=={tensorflow.__version__}",
+                              f"pyarrow=={pyarrow.__version__}", "pandas"])
+
+
+def _text(value) -> str:
+    text = str(value)
+    return text if len(text) <= 500 else text[:497] + "..."
+
+
+def _warn_once(error: Exception) -> None:
+    global _warned
+    if not _warned:
+        _warned = True
+        logger.warning("sparktf: could not log the fit to MLflow (%s: %s); the fit itself is "
+                       "unaffected", type(error).__name__, error)
+
+
+def resolve(uri: str) -> str:
+    """The SavedModel inside an MLflow model logged by sparktf (``runs:/...``,
+    ``models:/name/version``), downloaded to this machine once per URI."""
+    if uri in _resolved:
+        return _resolved[uri]
+    local = mlflow.artifacts.download_artifacts(artifact_uri=uri)
+    found = [root for root, _, files in os.walk(os.path.join(local, "artifacts"))
+             if "saved_model.pb" in files]
+    saved = found[0] if len(found) == 1 else None
+    if saved is None:
+        from sparktf.errors import InvalidInputError
+        raise InvalidInputError(f"{uri} is not a model logged by sparktf (no SavedModel in "
+                                "its artifacts); give modelPath a SavedModel or the URI of a "
+                                "model sparktf logged.")
+    _resolved[uri] = saved
+    return saved
+
+
+_resolved: dict[str, str] = {}
+
+
+class SparkTFPyfunc(mlflow.pyfunc.PythonModel):
+    """An MLflow pyfunc model: pandas rows in, ``TFModel.transform``'s output columns out."""
+
+    def __init__(self, spec):
+        self.spec = spec
+
+    def load_context(self, context):
+        self.spec = dataclasses.replace(
+            self.spec, model_path=context.artifacts[SAVED_MODEL_ARTIFACT])
+
+    def predict(self, context, model_input, params=None):
+        import pandas as pd
+        import pyarrow as pa
+
+        from sparktf.runtime import inference
+
+        batch = pa.RecordBatch.from_pandas(model_input, preserve_index=False)
+        fn = inference.ModelCache.get(self.spec.model_path, self.spec.signature, "/CPU:0")
+        outputs = inference.run_model(fn, self.spec, batch)
+        names, arrays = inference.output_arrays(batch.num_rows, self.spec, outputs)
+        return pd.DataFrame({n: a.to_pylist() for n, a in zip(names, arrays)})

@@ -1,0 +1,70 @@
+"""MLflow, for real (a local SQLite tracking store): a fit logs its Params, its per-epoch
+metrics and a model MLflow loads and serves; TFModel scores a runs:/ URI; autolog on and
+off."""
+
+import numpy as np
+import pytest
+
+from sparktf.ml import TFEstimator, TFModel
+from tests.integration import data, models
+
+mlflow = pytest.importorskip("mlflow", reason="pip install 'sparktf[mlflow]'")
+pytestmark = pytest.mark.timeout(900)
+
+
+@pytest.fixture
+def store(tmp_path):
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+    experiment = mlflow.set_experiment("sparktf-tests")
+    yield mlflow.tracking.MlflowClient(), experiment.experiment_id
+    mlflow.pyspark.ml.autolog(disable=True)
+    mlflow.set_tracking_uri(None)
+
+
+@pytest.fixture(scope="module")
+def frame(spark):
+    X, y = data.linear_rows(300, seed=3)
+    return spark.createDataFrame(data.rows(X, y), "features array<double>, label double")
+
+
+def _est():
+    return TFEstimator(modelFn=models.linear, numWorkers=2, epochs=3, batchSize=64,
+                       learningRate=0.05, validationFraction=0.2, seed=5)
+
+
+def test_a_fit_in_a_run_logs_params_metrics_and_a_model_mlflow_serves(store, frame):
+    client, _ = store
+    with mlflow.start_run() as run:
+        model = _est().fit(frame)
+    logged = client.get_run(run.info.run_id).data
+    assert logged.params["numWorkers"] == "2" and logged.params["epochs"] == "3"
+    assert logged.params["learningRate"] == "0.05"
+    history = model.getHistory()
+    assert {"loss", "val_loss"} <= set(history)
+    for key, values in history.items():
+        steps = client.get_metric_history(run.info.run_id, key)
+        assert [m.step for m in steps] == [1, 2, 3], key
+        assert [m.value for m in steps] == pytest.approx(values, rel=1e-9), key
+    served = mlflow.pyfunc.load_model(f"runs:/{run.info.run_id}/model")
+    rows = frame.toPandas()
+    predicted = served.predict(rows[["features"]])["prediction"].to_numpy()
+    expected = np.array([r.prediction for r in model.transform(frame).collect()])
+    print("\nmax |pyfunc - transform|:", np.abs(predicted - expected).max())
+    np.testing.assert_allclose(predicted, expected, rtol=1e-6, atol=1e-6)
+
+    from_uri = TFModel(modelPath=f"runs:/{run.info.run_id}/model", featuresCol="features")
+    again = np.array([r.prediction for r in from_uri.transform(frame).collect()])
+    np.testing.assert_allclose(again, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_autolog_on_records_the_fit_and_off_records_nothing(store, frame):
+    client, experiment = store
+    mlflow.pyspark.ml.autolog()
+    _est().fit(frame)  # autolog opens the run around fit
+    runs = client.search_runs([experiment])
+    assert len(runs) == 1
+    assert len(client.get_metric_history(runs[0].info.run_id, "loss")) == 3
+    assert runs[0].data.params["epochs"] == "3"
+    mlflow.pyspark.ml.autolog(disable=True)
+    _est().fit(frame)  # no run active: nothing is logged, no run is created
+    assert len(client.search_runs([experiment])) == 1
