@@ -68,3 +68,37 @@ def test_autolog_on_records_the_fit_and_off_records_nothing(store, frame):
     mlflow.pyspark.ml.autolog(disable=True)
     _est().fit(frame)  # no run active: nothing is logged, no run is created
     assert len(client.search_runs([experiment])) == 1
+
+
+def test_a_registered_model_is_scored_from_its_models_uri(store, frame):
+    with mlflow.start_run() as run:
+        model = _est().fit(frame)
+    version = mlflow.register_model(f"runs:/{run.info.run_id}/model", "sparktf-linear")
+    scored = TFModel(modelPath=f"models:/sparktf-linear/{version.version}",
+                     featuresCol="features").transform(frame)
+    expected = np.array([r.prediction for r in model.transform(frame).collect()])
+    np.testing.assert_allclose([r.prediction for r in scored.collect()], expected,
+                               rtol=1e-6, atol=1e-6)
+
+
+def test_a_tracking_store_that_fails_costs_a_warning_not_the_fit(store, frame, tmp_path,
+                                                                 caplog):
+    import logging
+
+    from sparktf.ml import tracking
+    caplog.set_level(logging.WARNING, logger="sparktf")
+    tracking._warned = False
+    good = mlflow.get_tracking_uri()
+    with mlflow.start_run():
+        broken = tmp_path / "not-a-folder"
+        broken.write_text("a file where the store's folder should be")
+        mlflow.set_tracking_uri(f"sqlite:///{broken}/mlflow.db")  # every call now fails
+        try:
+            model = _est().fit(frame)
+            _est().fit(frame)
+        finally:
+            mlflow.set_tracking_uri(good)  # so that the run can end
+    assert len(model.getHistory()["loss"]) == 3
+    warnings = [r.getMessage() for r in caplog.records
+                if "could not log the fit to MLflow" in r.getMessage()]
+    assert len(warnings) == 1, warnings  # once, not per fit
