@@ -185,6 +185,7 @@ class EventServer:
         self._server = _Server(host, on_event, num_tasks)
         self._thread = threading.Thread(target=self._accept, name="sparktf-events",
                                         daemon=True)
+        self._waiters: list[threading.Thread] = []
 
     @property
     def address(self) -> tuple[str, int]:
@@ -198,6 +199,11 @@ class EventServer:
     def await_connected(self, timeout_s: float) -> str:
         """'connected', 'closed' or 'timeout': whether any task reached this channel."""
         return self._server.await_connected(timeout_s)
+
+    def join_at_exit(self, thread: threading.Thread) -> None:
+        """A thread blocked in one of this server's waits: joined once shutdown ends them, so
+        that no thread of a finished job outlives it."""
+        self._waiters.append(thread)
 
     def __enter__(self) -> "EventServer":
         self._thread.start()
@@ -220,5 +226,7 @@ class EventServer:
             pass
         self._thread.join(timeout=10)
         self._server.close_barrier()
+        for waiter in self._waiters:
+            waiter.join(timeout=10)
         self._server.hang_up()
         self._server.server_close()

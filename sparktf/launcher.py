@@ -290,7 +290,8 @@ def _reachability(server: EventServer, stage: _Stage):
 
     thread = threading.Thread(target=watch, name="sparktf-channel-watch", daemon=True)
     thread.start()
-    yield thread  # the server's shutdown ends the wait
+    server.join_at_exit(thread)  # the server's shutdown ends the wait
+    yield thread
 
 
 def _is_port_conflict(failure: SparkTFError) -> bool:
