@@ -45,25 +45,37 @@ def higgs_mlp(hparams):
     return model
 
 
-class StatsCapture(logging.Handler):
-    """Collects the per-task stats events that sparktf logs at the end of fit."""
+class Captured(logging.Handler):
+    """Collects one attribute of the records of one sparktf logger (``with`` attaches it)."""
 
-    def __init__(self):
-        super().__init__(logging.INFO)
-        self.stats: list[dict] = []
+    def __init__(self, logger: str, attribute: str, level: int):
+        super().__init__(level)
+        self.logger, self.attribute = logger, attribute
+        self.records: list = []
 
     def emit(self, record):
-        stats = getattr(record, "sparktf_stats", None)
-        if stats:
-            self.stats.append(stats)
+        value = getattr(record, self.attribute, None)
+        if value:
+            self.records.append(value)
 
     def __enter__(self):
-        logging.getLogger("sparktf").addHandler(self)
-        logging.getLogger("sparktf").setLevel(logging.INFO)
+        logging.getLogger(self.logger).addHandler(self)
+        logging.getLogger(self.logger).setLevel(self.level)
         return self
 
     def __exit__(self, *exc):
-        logging.getLogger("sparktf").removeHandler(self)
+        logging.getLogger(self.logger).removeHandler(self)
+
+
+class StatsCapture(Captured):
+    """Collects the per-task stats events that sparktf logs at the end of fit."""
+
+    def __init__(self):
+        super().__init__("sparktf", "sparktf_stats", logging.INFO)
+
+    @property
+    def stats(self) -> list[dict]:
+        return self.records
 
 
 def timed(fn, *args, **kwargs):

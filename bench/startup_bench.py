@@ -73,25 +73,9 @@ def digits_mlp(hparams):
     return model
 
 
-class Phases(logging.Handler):
+def phase_capture() -> common.Captured:
     """Collects sparktf's phase records: (rank or None, name, time)."""
-
-    def __init__(self):
-        super().__init__(logging.DEBUG)
-        self.records: list[tuple] = []
-
-    def emit(self, record):
-        if hasattr(record, "phase"):
-            self.records.append(record.phase)
-
-    def __enter__(self):
-        log = logging.getLogger("sparktf.phases")
-        log.addHandler(self)
-        log.setLevel(logging.DEBUG)
-        return self
-
-    def __exit__(self, *exc):
-        logging.getLogger("sparktf.phases").removeHandler(self)
+    return common.Captured("sparktf.phases", "phase", logging.DEBUG)
 
 
 def small_frame(spark):
@@ -122,7 +106,7 @@ def set_spares(spark, on: bool) -> None:
         spark.conf.set(SPARE_CONF, "0")
 
 
-def warm_times(run_job, repeats: int, phases: Phases) -> tuple[float, list[tuple]]:
+def warm_times(run_job, repeats: int, phases: common.Captured) -> tuple[float, list[tuple]]:
     """Median seconds of ``repeats`` jobs after an unmeasured one; the last one's phases."""
     run_job()
     times = []
@@ -238,7 +222,7 @@ def main() -> int:
     try:
         df = small_frame(spark)
         run_job = jobs(spark, df)
-        with Phases() as phases:
+        with phase_capture() as phases:
             warm["floor"], _ = warm_times(run_job["floor"], args.repeats, phases)
             for spares in (True, False):
                 set_spares(spark, spares)

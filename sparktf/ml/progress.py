@@ -46,8 +46,9 @@ class FitProgress:
                  bar: bool | None = None):
         self.verbose = verbose
         self.stream = stream or sys.stderr
+        self.notebook = in_notebook()
         if bar is None:
-            bar = in_notebook() or self.stream.isatty()
+            bar = self.notebook or self.stream.isatty()
         self.show_bar = verbose == 1 and bar
         self._bar = None
         self._bar_epoch = None
@@ -86,7 +87,7 @@ class FitProgress:
         self._bar_epoch = epoch
         of = f"/{epochs}" if epochs else ""
         # a terminal that reports no size (0 columns) would get a bar of no width
-        width = {} if in_notebook() else {"ncols": shutil.get_terminal_size().columns or 100}
+        width = {} if self.notebook else {"ncols": shutil.get_terminal_size().columns or 100}
         self._bar = tqdm(total=steps, desc=f"sparktf epoch {epoch}{of}", unit="step",
                          file=self.stream, leave=True, bar_format=BAR_FORMAT, **width)
 

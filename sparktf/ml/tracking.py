@@ -14,11 +14,15 @@ log never fails the fit: one warning says why.
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import logging
 import os
 import tempfile
 
 import mlflow
+
+from sparktf.errors import InvalidInputError
+from sparktf.runtime import storage
 
 logger = logging.getLogger("sparktf")
 
@@ -49,19 +53,15 @@ def log_fit(estimator, model) -> None:
 
 def log_model(model) -> None:
     """Logs ``model`` (a TFModel) as a pyfunc model over its SavedModel."""
-    import pyarrow
-    import tensorflow
-
-    from sparktf.runtime import storage
-
+    version = importlib.metadata.version
     spec = model._score_spec(None)
     with tempfile.TemporaryDirectory(prefix="sparktf-mlflow-") as local:
         saved = storage.get_dir(spec.model_path, os.path.join(local, SAVED_MODEL_ARTIFACT))
         mlflow.pyfunc.log_model(
             name=MODEL_NAME, python_model=SparkTFPyfunc(spec),
             artifacts={SAVED_MODEL_ARTIFACT: saved},
-            pip_requirements=["sparktf", f"tensorflow=={tensorflow.__version__}",
-                              f"pyarrow=={pyarrow.__version__}", "pandas"])
+            pip_requirements=["sparktf", f"tensorflow=={version('tensorflow')}",
+                              f"pyarrow=={version('pyarrow')}", "pandas"])
 
 
 def _text(value) -> str:
@@ -87,7 +87,6 @@ def resolve(uri: str) -> str:
              if "saved_model.pb" in files]
     saved = found[0] if len(found) == 1 else None
     if saved is None:
-        from sparktf.errors import InvalidInputError
         raise InvalidInputError(f"{uri} is not a model logged by sparktf (no SavedModel in "
                                 "its artifacts); give modelPath a SavedModel or the URI of a "
                                 "model sparktf logged.")
