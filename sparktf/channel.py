@@ -1,7 +1,10 @@
 """The driver's end of the task -> driver event channel (see ``sparktf.runtime.events``).
 
 One server per job, bound to the driver's own address on a kernel-chosen port,
-accepting only connections that present the job's random secret.
+accepting only connections that present the job's random secret. Besides receiving
+events it is the tasks' meeting point: the address exchange (``gather``) and the
+exit barrier (``done``) take milliseconds here, where Spark's ``allGather`` and
+``barrier`` take about a second each.
 """
 
 from __future__ import annotations
@@ -12,11 +15,17 @@ import secrets
 import socket
 import socketserver
 import threading
+import time
 from typing import Any, Callable
 
 from sparktf.runtime.events import ACK, decode, encode
 
 logger = logging.getLogger(__name__)
+
+# How long the first task to ask for the address exchange waits for every task to have
+# connected. A task that cannot reach the channel exchanges through Spark's allGather
+# instead; once this has passed, so does every task of the job (a consistent choice).
+GATHER_GRACE_S = 30.0
 
 EventHandler = Callable[[dict[str, Any]], None]
 
@@ -43,7 +52,7 @@ class _Handler(socketserver.StreamRequestHandler):
             logger.warning("sparktf: refused an event connection from %s without the job's "
                            "secret", self.client_address[0])
             return
-        server.note_connected()
+        server.note_connected(decode(hello).get("rank"))
         for line in self.rfile:
             try:
                 event = decode(line)
@@ -69,6 +78,8 @@ class _Handler(socketserver.StreamRequestHandler):
 
 
 _REQUESTS = {
+    "gather": lambda server, event: server.gather(int(event.get("rank", -1)),
+                                                  str(event.get("value", ""))),
     "await_serving": lambda server, event: server.await_serving(int(event.get("count", 0))),
     "await_epoch": lambda server, event: server.await_epoch(int(event.get("rank", -1)),
                                                             int(event.get("after", 0))),
@@ -90,6 +101,9 @@ class _Server(socketserver.ThreadingTCPServer):
         self._done_cond = threading.Condition()
         self._closing = False
         self._connected = False
+        self._ranks: set[int] = set()  # ranks that presented the secret
+        self._gathered: dict[int, str] = {}
+        self._gather_fallback = False  # every task exchanges through Spark instead
         self._epoch = 0
         self._serving: set[int] = set()
         super().__init__((host, 0), _Handler)
@@ -102,11 +116,41 @@ class _Server(socketserver.ThreadingTCPServer):
             self._done_cond.wait_for(lambda: len(self._done) >= self.num_tasks or self._closing)
             return not self._closing or len(self._done) >= self.num_tasks
 
-    def note_connected(self) -> None:
-        """A task presented the job's secret."""
+    def note_connected(self, rank) -> None:
+        """A task (or its TensorFlow process) presented the job's secret."""
         with self._done_cond:
             self._connected = True
+            if isinstance(rank, int):
+                self._ranks.add(rank)
             self._done_cond.notify_all()
+
+    def gather(self, rank: int, value: str) -> dict:
+        """The address exchange: blocks until every task has sent its ``value``, then
+        answers ``{"values": [...]}`` in rank order (what Spark's ``allGather`` returns).
+
+        Answers ``{"fallback": True}`` (exchange through Spark instead) when not every
+        task has connected within ``GATHER_GRACE_S`` of the first request: one of them
+        cannot reach this channel and will call ``allGather``, so every task must. The
+        answer is the same for every task of the job, and the server's shutdown (the job
+        ended) ends the wait.
+        """
+        def everyone(collection) -> bool:
+            return len(collection) >= self.num_tasks
+
+        with self._done_cond:
+            self._gathered[rank] = value
+            self._done_cond.notify_all()
+            deadline = time.monotonic() + GATHER_GRACE_S
+            if not self._done_cond.wait_for(
+                    lambda: everyone(self._ranks) or self._gather_fallback or self._closing,
+                    max(0.0, deadline - time.monotonic())):
+                self._gather_fallback = True
+                self._done_cond.notify_all()
+            self._done_cond.wait_for(lambda: everyone(self._gathered) or
+                                     self._gather_fallback or self._closing)
+            if self._gather_fallback or not everyone(self._gathered):
+                return {"fallback": True}
+            return {"values": [self._gathered[r] for r in range(self.num_tasks)]}
 
     def await_connected(self, timeout_s: float) -> str:
         """'connected' once a task has connected, 'closed' if the server shut down first,

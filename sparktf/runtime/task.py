@@ -2,7 +2,8 @@
 
 The orchestrator reads top to bottom: start the child process (it imports
 TensorFlow while the data streams in), spill the partition to local disk, choose
-a port, ``allGather`` addresses and row counts, derive roles and TF_CONFIG, hand
+a port, exchange addresses and row counts (through the driver's channel, else
+Spark's ``allGather``), derive roles and TF_CONFIG, hand
 the child its payload, relay its output to the driver, release it after a
 barrier, and return its pickled result. Every wait is the barrier channel or a
 blocking read of the child's output; the child dies with this process.
@@ -115,8 +116,7 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
                 shard = held_out = None
             _phase(events, "data received")
             ctx, everyone_connected, problem = _form_cluster(
-                spec, barrier, rank, role, shard, held_out, devices, assigned,
-                events.connected, counts)
+                spec, barrier, rank, role, shard, held_out, devices, assigned, events, counts)
             if problem is not None:  # every task found it: refuse before TensorFlow runs
                 _fail(events, rank, role, problem, "", "", invalid_input=True)
             if unusable is not None:
@@ -136,8 +136,8 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
 
 
 def _form_cluster(spec, barrier, rank, role, shard, held_out, devices, assigned,
-                  connected: bool, counts) -> tuple[TaskContext, bool, str | None]:
-    """Exchanges addresses and row counts with ``allGather``; every task derives the same spec.
+                  events: EventClient, counts) -> tuple[TaskContext, bool, str | None]:
+    """Exchanges addresses and row counts (``_all_gather``); every task derives the same spec.
 
     Also returns whether every task reached the driver's event channel (then the
     exit barrier goes through it), and the problem the row checks found in the
@@ -147,10 +147,10 @@ def _form_cluster(spec, barrier, rank, role, shard, held_out, devices, assigned,
     mine = {"address": f"{host}:{cluster.pick_port()}",
             "rows": shard.num_rows if shard else 0,
             "validation_rows": held_out.num_rows if held_out else 0,
-            "channel": connected,
+            "channel": events.connected,
             "checks": counts.as_dict() if counts is not None else None,
             "feed": next((s.describe() for s in (shard, held_out) if s and s.num_rows), None)}
-    gathered = [json.loads(g) for g in barrier.allGather(json.dumps(mine))]
+    gathered = [json.loads(g) for g in _all_gather(events, barrier, json.dumps(mine))]
     spec_dict = cluster.build_cluster_spec(spec.roles, [g["address"] for g in gathered])
     ctx = TaskContext(jobName=role.job_name, taskIndex=role.task_index, rank=rank,
                        clusterSpec=spec_dict, numWorkers=spec.num_workers, numPs=spec.num_ps,
@@ -163,6 +163,20 @@ def _form_cluster(spec, barrier, rank, role, shard, held_out, devices, assigned,
     problem = (row_checks.problem(spec.row_checks, [g["checks"] for g in gathered])
                if spec.row_checks else None)
     return ctx, all(g["channel"] for g in gathered), problem
+
+
+def _all_gather(events: EventClient, barrier, message: str) -> list[str]:
+    """Every task's ``message`` in rank order: through the driver's event channel (a few
+    milliseconds) when every task reaches it, else through Spark's ``allGather`` (about a
+    second). The driver answers every task alike, so all of them take the same road."""
+    if events.connected:
+        reply = events.request({"kind": "gather", "value": message})
+        if reply is None:
+            raise RuntimeError("lost the driver's event channel while the tasks exchanged "
+                               "their addresses (the job ended, or the driver is gone)")
+        if "values" in reply:
+            return reply["values"]
+    return barrier.allGather(message)
 
 
 def task_devices(role: cluster.Role, assigned: list[str], use_gpu, inherited: str | None) -> str:

@@ -15,7 +15,10 @@ pytestmark = pytest.mark.timeout(900)
 @pytest.fixture
 def store(tmp_path):
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
-    experiment = mlflow.set_experiment("sparktf-tests")
+    # Artifacts (models) under tmp_path too: a SQLite store's default is ./mlruns.
+    experiment_id = mlflow.create_experiment(
+        "sparktf-tests", artifact_location=(tmp_path / "artifacts").as_uri())
+    experiment = mlflow.set_experiment(experiment_id=experiment_id)
     yield mlflow.tracking.MlflowClient(), experiment.experiment_id
     mlflow.pyspark.ml.autolog(disable=True)
     mlflow.set_tracking_uri(None)

@@ -170,6 +170,53 @@ def test_event_channel_is_an_exit_barrier_for_all_tasks():
             assert results == [True]
 
 
+def _gather_in_thread(client, value, replies):
+    thread = threading.Thread(target=lambda: replies.append(
+        client.request({"kind": "gather", "value": value})))
+    thread.start()
+    return thread
+
+
+def test_event_channel_gathers_every_tasks_message_in_rank_order():
+    with EventServer("127.0.0.1", lambda e: None, num_tasks=2) as server:
+        with EventClient(server.address, server.secret, rank=0) as a, \
+                EventClient(server.address, server.secret, rank=1) as b:
+            replies = []
+            thread = _gather_in_thread(b, "from 1", replies)
+            thread.join(0.3)
+            assert replies == []  # rank 1 waits for rank 0's message
+            assert a.request({"kind": "gather", "value": "from 0"}) == {
+                "values": ["from 0", "from 1"]}
+            thread.join(10)
+            assert replies == [{"values": ["from 0", "from 1"]}]
+
+
+def test_a_gather_falls_back_to_spark_for_all_when_a_task_never_connects(monkeypatch):
+    from sparktf import channel
+    monkeypatch.setattr(channel, "GATHER_GRACE_S", 0.5)
+    with EventServer("127.0.0.1", lambda e: None, num_tasks=3) as server:
+        with EventClient(server.address, server.secret, rank=0) as a, \
+                EventClient(server.address, server.secret, rank=1) as b:
+            # rank 2 cannot reach the channel: it calls allGather, so must everyone
+            assert a.request({"kind": "gather", "value": "0"}) == {"fallback": True}
+            assert b.request({"kind": "gather", "value": "1"}) == {"fallback": True}
+
+
+def test_a_gather_ends_when_the_job_ends():
+    server = EventServer("127.0.0.1", lambda e: None, num_tasks=2)
+    replies = []
+    with server:
+        client = EventClient(server.address, server.secret, rank=0)
+        late = EventClient(server.address, server.secret, rank=1)  # connected, never asks
+        thread = _gather_in_thread(client, "0", replies)
+        thread.join(0.3)
+        assert replies == []
+    thread.join(10)
+    assert not thread.is_alive() and replies in ([{"fallback": True}], [None])
+    client.close()
+    late.close()
+
+
 def test_a_waiting_task_is_not_released_by_shutdown():
     server = EventServer("127.0.0.1", lambda e: None, num_tasks=2)
     with server:
