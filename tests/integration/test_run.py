@@ -186,3 +186,36 @@ def test_unfeedable_columns_are_refused_on_the_driver(spark):
     df = spark.createDataFrame([("x", 1.0)], "s string, v double")
     with pytest.raises(sparktf.InvalidInputError, match="'s' has type string"):
         sparktf.run(spark, lambda a, c: None, numWorkers=2, df=df)
+
+
+def _cluster_seen(args, ctx):
+    import tensorflow as tf
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()  # the exchanged addresses work
+    total = strategy.reduce("SUM", strategy.run(lambda: tf.constant(float(ctx.numRows))),
+                            axis=None)
+    return ctx.rank, list(ctx.allNumRows), float(total)
+
+
+def test_tasks_that_cannot_reach_the_driver_exchange_through_spark_and_finish(spark,
+                                                                               monkeypatch):
+    """The addresses normally travel through the driver's event channel; tasks that
+    cannot reach it (e.g. a Spark Connect client outside the cluster's network) use
+    Spark's allGather and barrier instead, and the job still completes."""
+    import dataclasses
+    import socket
+
+    from sparktf import launcher
+
+    with socket.socket() as probe:  # a port nobody listens on: connections are refused
+        probe.bind(("127.0.0.1", 0))
+        dead = probe.getsockname()
+    task_spec = launcher._Stage.task_spec
+    monkeypatch.setattr(launcher._Stage, "task_spec", lambda self, server: dataclasses.replace(
+        task_spec(self, server), event_address=dead))
+    df = spark.range(30).selectExpr("cast(id as double) as x").repartition(2)
+    results = sparktf.run(spark, _cluster_seen, numWorkers=2, df=df)
+    rows = [r[1] for r in results]
+    print("\nranks, rows seen by each, summed in a collective:", results)
+    assert [r[0] for r in results] == [0, 1]
+    assert rows[0] == rows[1] and sum(rows[0]) == 30
+    assert [r[2] for r in results] == [30.0, 30.0]
