@@ -56,6 +56,7 @@ def consume(args, ctx):
     n = 0
     for batch in ctx.dataset(args["batch"]):
         n += int(tf.shape(batch["features"])[0])
+    ctx.phase("dataset read")
     return n, time.perf_counter() - started
 
 

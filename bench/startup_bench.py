@@ -200,6 +200,8 @@ def main() -> int:
     parser.add_argument("--skip-feed", action="store_true")
     parser.add_argument("--skip-cv", action="store_true")
     parser.add_argument("--skip-cold", action="store_true")
+    parser.add_argument("--only-feed", action="store_true",
+                        help="only the feed against its ceiling (with its phase tables)")
     parser.add_argument("--only-cv", action="store_true",
                         help="only the CrossValidator with the default settings (e.g. to "
                              "time an older sparktf with PYTHONPATH)")
@@ -214,6 +216,14 @@ def main() -> int:
             spark.stop()
         print(f"CrossValidator 3 folds x 2 points on digits: {seconds:.1f} s "
               f"(avgMetrics {', '.join(f'{m:.3f}' for m in metrics)})")
+        return 0
+
+    if args.only_feed:
+        spark = common.session()
+        try:
+            print_feed(spark, args.feed_rows)
+        finally:
+            spark.stop()
         return 0
 
     spark = common.session()
@@ -281,15 +291,25 @@ def print_feed(spark, sizes) -> None:
         pickler.register_pickle_by_value(feed_bench)
     print("\nfeed end to end, 2 workers, 28-float rows (rows/s)")
     print(f"  {'rows':>10}{'ceiling':>12}{'sparktf':>12}{'ratio':>8}")
+    warm = common.higgs_like(spark, 100_000).cache()
+    warm.count()
+    feed_bench.run_ceiling(warm, 100_000)  # Python workers (and spares) up for both paths
+    feed_bench.run_sparktf(spark, warm, 100_000)
+    warm.unpersist()
+    phases_of = {}
     for rows in sorted(sizes):
         big = common.higgs_like(spark, rows).cache()
         assert big.count() == rows
         ceiling = feed_bench.run_ceiling(big, rows)
-        ours = feed_bench.run_sparktf(spark, big, rows)[0]
+        with phase_capture() as phases:
+            ours = feed_bench.run_sparktf(spark, big, rows)[0]
+        phases_of[rows] = list(phases.records)
         big.unpersist()
         note = "  (target >= 0.5)" if rows == min(sizes) else ""
         print(f"  {rows:10,}{ceiling:12,.0f}{ours:12,.0f}{ours / ceiling:8.2f}{note}",
               flush=True)
+    for rows, records in phases_of.items():
+        phase_table(f"phases of the feed, {rows:,} rows", records)
 
 
 if __name__ == "__main__":
