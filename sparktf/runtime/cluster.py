@@ -1,6 +1,6 @@
 """Roles, cluster specs and TF_CONFIG as pure functions of the gathered addresses.
 
-Every task computes the same answer from the same ``allGather`` result, so the
+Every task computes the same answer from the same exchanged addresses, so the
 tasks agree on the cluster without any further communication.
 """
 

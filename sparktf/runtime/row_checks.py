@@ -4,7 +4,7 @@ non-finite labels, negative or non-finite weights.
 They need one pass over the data, so they ride on the pass that feeds the tasks
 instead of a Spark job of their own before it (which was a second pass over an
 uncached input, and half a second even over a cached one). Each task counts its
-rows' problems, the counts travel with the address exchange (``allGather``), and
+rows' problems, the counts travel with the address exchange, and
 every task refuses the data with the same message, naming the column and the
 totals, before any TensorFlow process gets its payload. The driver raises it as
 ``InvalidInputError``.
