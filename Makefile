@@ -34,7 +34,7 @@ java-check:
 	@scripts/check_java.sh
 
 demo: java-check $(STAMP)
-	$(BIN)/python -m sparktf.demo
+	$(BIN)/python -m examples.demo
 
 test: java-check $(STAMP) $(LOWEST_STAMP)
 	$(BIN)/python -m pytest tests

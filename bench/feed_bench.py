@@ -37,7 +37,7 @@ def ceiling_task(batches):
     import pyarrow as pa
     from pyspark import BarrierTaskContext
 
-    from sparktf.runtime import feed
+    from sparktf._executor import feed
 
     BarrierTaskContext.get()
     n = 0
@@ -92,7 +92,7 @@ def run_parquet(spark, df, rows):
     """inputMode='parquet': write once (timed apart), then workers read their files."""
     import tempfile
 
-    from sparktf import launcher, pickling
+    from sparktf._driver import launch as launcher, pickling
 
     uri = os.path.join(tempfile.mkdtemp(prefix="sparktf-bench-"), "data")
     _, write_s = common.timed(lambda: df.repartition(4).write.parquet(uri))

@@ -9,7 +9,7 @@ from sparktf.errors import (ClusterCapacityError, ClusterFormationError,
                             ExecutorEnvironmentError, ExecutorLostError, InvalidInputError,
                             JobTimeoutError,
                             SparkTFError, TaskFailedError, TaskStalledError)
-from sparktf.launcher import run
+from sparktf._driver.launch import run
 
 __version__ = "0.1.0"
 

@@ -3,8 +3,8 @@
 import os
 import select
 
-CHILD_MARKER = "sparktf.runtime.child"
-SPARE_NAME = "sparktf-spare"  # sparktf.runtime.spare.SPARE_NAME
+CHILD_MARKER = "sparktf._executor.child"
+SPARE_NAME = "sparktf-spare"  # sparktf._executor.spare.SPARE_NAME
 
 
 def _comm(pid: int) -> str:

@@ -17,15 +17,17 @@ from pyspark.ml.util import MLReadable, MLWritable
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from sparktf import failures, launcher, pickling, sessions, tensorboard
+from sparktf import tensorboard
+from sparktf._driver import failures, launch, pickling, schema, sessions
 from sparktf.errors import InvalidInputError, SparkTFError
-from sparktf.ml import parquet_copy, schema
+from sparktf.ml import parquet_copy
 from sparktf.ml.model import TFModel
 from sparktf.ml.params import _TFEstimatorParams, add_setters, without_none
+from sparktf.ml.persistence import TFEstimatorReader, TFEstimatorWriter
 from sparktf.ml.progress import FitProgress
-from sparktf.resources import TaskResources
-from sparktf.runtime import storage, training
-from sparktf.runtime.row_checks import RowChecks
+from sparktf._driver.resources import TaskResources
+from sparktf._executor import storage, training
+from sparktf._executor.row_checks import RowChecks
 
 logger = logging.getLogger("sparktf")
 
@@ -92,19 +94,17 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
 
     def write(self):
         """An ``MLWriter``: JSON Params metadata plus the pickled modelFn and callbacks."""
-        from sparktf.ml.persistence import TFEstimatorWriter
         return TFEstimatorWriter(self)
 
     @classmethod
     def read(cls):
         """An ``MLReader`` for estimators saved with ``write()``."""
-        from sparktf.ml.persistence import TFEstimatorReader
         return TFEstimatorReader(cls)
 
     def _fit(self, dataset: DataFrame) -> TFModel:
-        launcher.log_phase(None, "fit called")
+        launch.log_phase(None, "fit called")
         self._validate(dataset)
-        launcher.log_phase(None, "input checked")
+        launch.log_phase(None, "input checked")
         run_dir = self._run_dir(sessions.Session(dataset.sparkSession).master)
         spec = self._train_spec(run_dir)
         payload = pickling.pickle_main(training.train_main, spec,
@@ -129,7 +129,7 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
         for retries in itertools.count():
             progress = FitProgress(self.getVerbose())
             try:
-                results = launcher.launch(
+                results = launch.launch(
                     spark, payload, num_workers=self.getNumWorkers(),
                     num_ps=self.getNumPs(), df=frame, columns=columns, split_column=split,
                     use_gpu=self.getUseGpu(), model_dir=run_dir, on_event=progress,
@@ -137,7 +137,7 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                     parquet_uri=parquet_uri, evaluator=self.getEvaluator(),
                     resources=resources, checks=self._row_checks())
                 model = self._make_model(results)
-                launcher.log_phase(None, "model made")
+                launch.log_phase(None, "model made")
                 if "mlflow" in sys.modules:  # MLflow is optional: only if the app uses it
                     from sparktf.ml import tracking
                     tracking.log_fit(self, model)

@@ -11,11 +11,11 @@ from pyspark.ml.functions import array_to_vector
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
-from sparktf import cluster_check, sessions
+from sparktf._driver import checks, schema, sessions
 from sparktf.errors import InvalidInputError
-from sparktf.ml import schema
 from sparktf.ml.params import _TFModelParams, add_setters, without_none
-from sparktf.runtime import inference, storage
+from sparktf._executor import inference, storage
+from sparktf.ml.persistence import TFModelReader, TFModelWriter
 
 MLFLOW_SCHEMES = ("runs:/", "models:/")  # modelPath naming a model sparktf logged to MLflow
 _SPARK_TYPES = {"float32": T.FloatType(), "float64": T.DoubleType(), "int32": T.IntegerType(),
@@ -73,13 +73,11 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
 
     def write(self):
         """An ``MLWriter``: Params metadata plus a copy of the SavedModel in the stage folder."""
-        from sparktf.ml.persistence import TFModelWriter
         return TFModelWriter(self)
 
     @classmethod
     def read(cls):
         """An ``MLReader`` for models saved with ``write()``."""
-        from sparktf.ml.persistence import TFModelReader
         return TFModelReader(cls)
 
     def _transform(self, dataset: DataFrame) -> DataFrame:
@@ -89,7 +87,7 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
             if field.name in dataset.columns:
                 raise InvalidInputError(f"The output column '{field.name}' already exists in "
                                         "the DataFrame; choose another column name.")
-        with cluster_check.executor_python(sessions.Session(dataset.sparkSession)):
+        with checks.executor_python(sessions.Session(dataset.sparkSession)):
             score = _arrow_udf(spec, T.StructType(fields),
                                lambda names, arrays: pa_struct(names, arrays))
             scored = dataset.withColumn(_OUTPUTS,
@@ -121,7 +119,7 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
                                     "output or an outputMapping with one scalar output.")
         session = SparkSession.getActiveSession()
         if session is not None:
-            cluster_check.app_executor_python(sessions.Session(session))
+            checks.app_executor_python(sessions.Session(session))
         return _arrow_udf(spec, return_type, lambda names, arrays: arrays[names.index(take)])
 
     def _score_spec(self, df_schema: T.StructType | None) -> inference.ScoreSpec:

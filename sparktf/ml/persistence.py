@@ -12,9 +12,9 @@ import cloudpickle
 from pyspark.ml.util import DefaultParamsReader, DefaultParamsWriter, MLReader, MLWriter
 
 import sparktf
-from sparktf import pickling, sessions
+from sparktf._driver import pickling, sessions
 from sparktf.errors import InvalidInputError
-from sparktf.runtime import storage
+from sparktf._executor import storage
 
 FORMAT_VERSION = 1
 MODEL_DIR = "savedmodel"

@@ -22,7 +22,7 @@ import tempfile
 import mlflow
 
 from sparktf.errors import InvalidInputError
-from sparktf.runtime import storage
+from sparktf._executor import inference, storage
 
 logger = logging.getLogger("sparktf")
 
@@ -110,8 +110,6 @@ class SparkTFPyfunc(mlflow.pyfunc.PythonModel):
     def predict(self, context, model_input, params=None):
         import pandas as pd
         import pyarrow as pa
-
-        from sparktf.runtime import inference
 
         batch = pa.RecordBatch.from_pandas(model_input, preserve_index=False)
         fn = inference.ModelCache.get(self.spec.model_path, self.spec.signature, "/CPU:0")

@@ -204,7 +204,7 @@ def test_tasks_that_cannot_reach_the_driver_exchange_through_spark_and_finish(sp
     import dataclasses
     import socket
 
-    from sparktf import launcher
+    from sparktf._driver import launch as launcher
 
     with socket.socket() as probe:  # a port nobody listens on: connections are refused
         probe.bind(("127.0.0.1", 0))

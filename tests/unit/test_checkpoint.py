@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 from pyarrow import fs
 
-from sparktf.runtime import checkpoint, storage
+from sparktf._executor.training import checkpoint
+from sparktf._executor import storage
 
 
 @pytest.fixture

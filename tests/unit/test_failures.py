@@ -2,7 +2,7 @@
 
 import pytest
 
-from sparktf import failures
+from sparktf._driver import failures
 from sparktf.errors import (ClusterCapacityError, ExecutorLostError, InvalidInputError,
                             JobTimeoutError, SparkTFError, TaskFailedError, TaskStalledError)
 

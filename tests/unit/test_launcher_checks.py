@@ -6,10 +6,11 @@ import threading
 import pytest
 
 import sparktf
-from sparktf import cluster_check, launcher, pickling
-from sparktf.channel import EventServer
-from sparktf.resources import TaskResources
-from sparktf.runtime.events import EventClient, encode
+from sparktf._driver import checks as cluster_check, launch as launcher, pickling
+from sparktf._protocol.server import EventServer
+from sparktf._driver.resources import TaskResources
+from sparktf._protocol.client import EventClient
+from sparktf._protocol.wire import encode
 
 
 @pytest.mark.parametrize("kwargs,fragment", [
@@ -192,7 +193,7 @@ def test_event_channel_gathers_every_tasks_message_in_rank_order():
 
 
 def test_a_gather_falls_back_to_spark_for_all_when_a_task_never_connects(monkeypatch):
-    from sparktf import channel
+    from sparktf._protocol import server as channel
     monkeypatch.setattr(channel, "GATHER_GRACE_S", 0.5)
     with EventServer("127.0.0.1", lambda e: None, num_tasks=3) as server:
         with EventClient(server.address, server.secret, rank=0) as a, \

@@ -4,7 +4,7 @@ graph pipeline the parameter-server workers run."""
 import numpy as np
 import pytest
 
-from sparktf.runtime import keras_steps, ps_training
+from sparktf._executor.training import keras_steps, parameter_servers as ps_training
 
 CASES = [  # (rows of the column, model input spec) -> shape and dtype the model gets
     (np.zeros((5, 64), np.float32), ((8, 8, 1), "float32"), (5, 8, 8, 1), "float32"),

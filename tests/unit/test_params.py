@@ -98,8 +98,8 @@ def test_model_history_and_mappings_are_params():
                                           ("false", False), (False, False),
                                           ("Auto", "auto"), ("auto", "auto")])
 def test_use_gpu_has_one_representation_inside(given, inside):
-    from sparktf import launcher
-    from sparktf.runtime import gpu
+    from sparktf._driver import launch as launcher
+    from sparktf._executor import gpu
     for value in (TFEstimator(useGpu=given).getUseGpu(), TFModel(useGpu=given).getUseGpu(),
                   gpu.use_gpu_value(given)):
         assert value == inside and type(value) is type(inside)

@@ -3,10 +3,10 @@ process, no Spark): a stalled child is stopped after stallTimeout, a progressing
 
 import threading
 
-from sparktf import pickling
-from sparktf.runtime.context import TaskContext
-from sparktf.runtime.events import EventClient
-from sparktf.runtime.task import TaskSpec, _Child
+from sparktf._driver import pickling
+from sparktf._executor.context import TaskContext
+from sparktf._protocol.client import EventClient
+from sparktf._executor.task import TaskSpec, _Child
 
 
 def beats_then_blocks(args, ctx):
@@ -53,7 +53,7 @@ def waits_for_peers(args, ctx):
 def test_a_child_is_stopped_when_the_driver_ends_the_job_without_this_task(tmp_path):
     """Spark may fail a stage and leave a killed task's Python worker running; when the
     driver hangs up the event channel, the task stops its child instead of waiting."""
-    from sparktf.channel import EventServer
+    from sparktf._protocol.server import EventServer
 
     ctx = TaskContext(jobName="worker", taskIndex=0, rank=0,
                       clusterSpec={"worker": ["localhost:1"]}, numWorkers=1)

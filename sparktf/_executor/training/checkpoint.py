@@ -14,7 +14,7 @@ import os
 import tempfile
 import uuid
 
-from sparktf.runtime import storage
+from sparktf._executor import storage
 
 CHECKPOINTS = "checkpoints"
 POINTER = "latest.json"

@@ -19,20 +19,22 @@ import collections
 
 import numpy as np
 
-from sparktf.runtime import (cluster, evaluation, feed, keras_steps, signals, tf_keras_fit,
-                             training)
+from sparktf._executor import cluster, feed, servers
+from sparktf._executor.training import keras_steps, loop
+from sparktf._executor.training.spec import TrainSpec, class_weights, plan_steps
+from sparktf._protocol import heartbeats
 
 SHARD_FILE = "sparktf-train.tfrecord"  # relative: each worker process's working directory
 SHUFFLE_ROWS = 10_000  # rows in the workers' shuffle buffer
 STEPS_IN_FLIGHT = 200  # steps scheduled ahead of the one awaited
 
 
-def train(spec: training.TrainSpec, ctx) -> dict | None:
+def train(spec: TrainSpec, ctx) -> dict | None:
     """One task of parameter-server training, by its role."""
     if ctx.jobName == cluster.WORKER:
         write_records(ctx.shard, spec.columns, SHARD_FILE)
     if ctx.jobName in (cluster.WORKER, cluster.PS):
-        serve(ctx)
+        servers.serve(ctx)
         return None
     return _Chief(spec, ctx).run()
 
@@ -49,40 +51,10 @@ def write_records(shard: feed.Shard | None, names: list[str], path: str) -> None
             writer.write(tf.io.serialize_tensor(tf.stack(parts)).numpy())
 
 
-_servers: list = []  # this process's TensorFlow server, kept until the process exits
-
-
-def serve(ctx) -> None:
-    """Starts this task's TensorFlow server; it serves until the task releases the process."""
-    import tensorflow as tf
-
-    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
-    _servers.append(tf.distribute.Server(resolver.cluster_spec(), job_name=ctx.jobName,
-                                         task_index=ctx.taskIndex, protocol="grpc",
-                                         start=True))
-    print(f"sparktf: {ctx.jobName}:{ctx.taskIndex} serving for the chief", flush=True)
-    ctx.emit("serving", role=f"{ctx.jobName}:{ctx.taskIndex}")
-
-
-def await_servers(ctx) -> None:
-    """Blocks until every worker and parameter server serves (one request to the driver).
-
-    The coordinator treats a server that is not up yet as a failed worker; waiting
-    for all of them first keeps start-up out of its failure handling.
-    """
-    from sparktf.runtime.events import EventClient
-
-    with EventClient.from_environment(ctx.rank) as channel:
-        reply = channel.request({"kind": "await_serving", "count": ctx.numWorkers + ctx.numPs})
-    if reply is None or reply["serving"] < ctx.numWorkers + ctx.numPs:
-        raise RuntimeError("The chief lost the driver's event channel while waiting for the "
-                           "workers and parameter servers to start.")
-
-
-class _Chief(training.EpochRunner):
+class _Chief(loop.EpochRunner):
     """Schedules the training steps on the workers, epoch by epoch; validates; exports."""
 
-    def __init__(self, spec: training.TrainSpec, ctx):
+    def __init__(self, spec: TrainSpec, ctx):
         import tensorflow as tf
 
         workers = ctx.allNumRows[:ctx.numWorkers]  # workers take the first ranks
@@ -90,18 +62,18 @@ class _Chief(training.EpochRunner):
             raise ValueError(f"A worker received no training rows ({sum(workers)} rows over "
                              f"{len(workers)} workers). Use fewer workers (numWorkers) or more "
                              "data.")
-        beat = signals.Heartbeat(ctx)
+        beat = heartbeats.Heartbeat(ctx)
         beat("connecting to the workers and parameter servers", 0)
-        await_servers(ctx)
+        servers.await_servers(ctx)
         self.strategy = tf.distribute.ParameterServerStrategy(
             tf.distribute.cluster_resolver.TFConfigClusterResolver())
         with self.strategy.scope():
-            model = training.build_model(spec, ctx.feedSpec)
-        if tf_keras_fit.is_tf_keras(model):
+            model = loop.build_model(spec, ctx.feedSpec)
+        if keras_steps.is_tf_keras(model):
             raise TypeError("Parameter-server training (numPs > 0) runs Keras 3 models; this "
                             "modelFn returned a tf_keras model. Use numPs=0, or build the "
                             "model with Keras 3.")
-        super().__init__(spec, ctx, model, training.plan_steps(ctx.allNumRows,
+        super().__init__(spec, ctx, model, plan_steps(ctx.allNumRows,
                                                                spec.batch_size), beat)
         self.specs = keras_steps.input_specs(model)
         # (dtype, row shape) of each column, as every worker's records hold them
@@ -113,15 +85,15 @@ class _Chief(training.EpochRunner):
                                        spec.feature_columns)
         self.coordinator = tf.distribute.coordinator.ClusterCoordinator(self.strategy)
         self.iterator = self.train_step = None
-        self.validator = evaluation.Validator(model, spec) if self.validates() else None
+        self.validator = loop.Validator(model, spec) if self.validates() else None
 
     def run(self) -> dict:
-        first_epoch, history = training.resume(self.model, self.spec)
+        first_epoch, history = loop.resume(self.model, self.spec)
         self.beat("creating the workers' datasets", first_epoch)
         self.iterator = iter(self.coordinator.create_per_worker_dataset(self._dataset_fn))
         self.train_step = self._train_step()
         history = self.fit(first_epoch, history)
-        return training.chief_result(self._plain_copy(), self.spec, self.ctx, history)
+        return loop.chief_result(self._plain_copy(), self.spec, self.ctx, history)
 
     def train_epoch(self, epoch: int) -> dict[str, float]:
         """Keeps ``STEPS_IN_FLIGHT`` steps scheduled; each step's result, awaited in order,
@@ -166,7 +138,7 @@ class _Chief(training.EpochRunner):
 
         rows, specs, spec = self.rows, self.specs, self.spec
         features = len(spec.feature_columns)
-        class_table = (tf.constant(training.class_weights(
+        class_table = (tf.constant(class_weights(
             np.arange(max(spec.class_weight) + 1), spec.class_weight))
             if spec.class_weight else None)
 
@@ -194,7 +166,7 @@ class _Chief(training.EpochRunner):
 
     def _plain_copy(self):
         """The trained model outside the strategy (its variables on the parameter servers)."""
-        plain = training.build_model(self.spec, self.ctx.feedSpec)
+        plain = loop.build_model(self.spec, self.ctx.feedSpec)
         plain.set_weights(self.model.get_weights())
         return plain
 
@@ -215,7 +187,7 @@ def _shape_input(column, row, spec):
 
 
 def _class_weights(labels, table):
-    """``training.class_weights`` in the graph: ``table[class]``, 1 outside it."""
+    """``class_weights`` in the graph: ``table[class]``, 1 outside it."""
     import tensorflow as tf
 
     classes = labels

@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sparktf.runtime import feed, gpu, storage
+from sparktf._executor import feed, gpu, storage
 
 REGRESSION, BINARY, MULTICLASS = "regression", "binary", "multiclass"
 

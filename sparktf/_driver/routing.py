@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from sparktf import sessions
+from sparktf._driver import sessions
 from sparktf.errors import ClusterFormationError
-from sparktf.runtime import cluster
+from sparktf._executor import cluster
 
 ROUTE_COLUMN = "_sparktf_route"
 

@@ -11,19 +11,8 @@ from __future__ import annotations
 import itertools
 import time
 
-from sparktf.runtime import checkpoint, keras_steps, signals, summaries
-
-
-def is_tf_keras(model) -> bool:
-    """Whether ``model`` is a tf_keras (Keras 2) model rather than a Keras 3 one."""
-    return any(c.__module__.split(".")[0] == "tf_keras" for c in type(model).__mro__)
-
-
-def check_compiled(model) -> None:
-    """Raises ``TypeError`` unless the tf_keras model was compiled."""
-    if getattr(model, "optimizer", None) is None or not getattr(model, "_is_compiled", False):
-        raise TypeError("modelFn returned a tf_keras model that is not compiled. Call "
-                        "model.compile(optimizer=..., loss=...) in modelFn before returning it.")
+from sparktf._executor.training import checkpoint, keras_steps, summaries
+from sparktf._protocol import heartbeats
 
 
 def _dataset(strategy, shard, sizes, spec, specs, shuffle: bool):
@@ -65,7 +54,7 @@ def fit(spec, ctx, strategy, model, first_epoch: int, history: dict, plan,
             self.history = {k: list(v) for k, v in history.items()}
             self.summaries = summaries.EpochSummaries(spec.model_dir, ctx.isChief,
                                                       spec.summary_steps)
-            self.beat = signals.Heartbeat(ctx)
+            self.beat = heartbeats.Heartbeat(ctx)
             self.epoch = first_epoch + 1
             self.started = time.monotonic()
 
@@ -89,7 +78,7 @@ def fit(spec, ctx, strategy, model, first_epoch: int, history: dict, plan,
             self.summaries.write(epoch + 1, logs)
             self.beat("checkpoint", epoch + 1)
             checkpoint.save(model, spec.model_dir, epoch + 1, self.history, ctx.isChief)
-            signals.report_epoch(ctx, epoch + 1, spec.epochs, logs, sum(ctx.allNumRows),
+            heartbeats.report_epoch(ctx, epoch + 1, spec.epochs, logs, sum(ctx.allNumRows),
                                  time.monotonic() - self.started)
 
     hooks = SparktfHooks()

@@ -1,11 +1,6 @@
-"""Task -> driver events (log lines, progress, failures): the wire format and the client.
-
-The channel is a plain TCP connection to a server the driver starts for one job.
-The first line a task sends is the job's secret; the server drops any connection
-that does not present it. Each event is one JSON line. Events that must arrive
-before the task goes on (a failure report, sent just before the task raises)
-are acknowledged by the server.
-"""
+"""The task's end of the task -> driver event channel (``EventClient``; the wire format
+is ``sparktf._protocol.wire``). A task that cannot reach the driver degrades to its
+executor's log and says so once."""
 
 from __future__ import annotations
 
@@ -15,20 +10,9 @@ import socket
 import sys
 from typing import Any
 
-ACK = b"ok\n"
+from sparktf._protocol.wire import ACK, CHANNEL_ENV, decode, encode
+
 CONNECT_TIMEOUT_S = 10.0
-# In the task's TensorFlow process: JSON [host, port, secret] of the driver's channel.
-CHANNEL_ENV = "SPARKTF_EVENT_CHANNEL"
-
-
-def encode(event: dict[str, Any]) -> bytes:
-    """One event as a JSON line."""
-    return (json.dumps(event, separators=(",", ":"), default=str) + "\n").encode("utf-8")
-
-
-def decode(line: bytes) -> dict[str, Any]:
-    """One JSON line back into an event."""
-    return json.loads(line.decode("utf-8"))
 
 
 class EventClient:

@@ -10,7 +10,7 @@ import contextlib
 import threading
 import time
 
-from sparktf.watchdog import FINISHED
+from sparktf._protocol.watchdog import FINISHED
 
 
 class Heartbeat:

@@ -1,6 +1,6 @@
 """``make demo``: train, tune-free evaluate, score with SQL, save and reload, on digits.
 
-Run with ``python -m sparktf.demo [--output DIR]``. It starts an embedded
+Run with ``python -m examples.demo [--output DIR]``. It starts an embedded
 ``local-cluster[2,1,1024]`` Spark (two separate executor processes, no cluster
 needed), fits ``VectorAssembler -> StandardScaler -> TFEstimator`` on
 scikit-learn's digits (shipped with scikit-learn, no download) with 2

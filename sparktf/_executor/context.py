@@ -7,15 +7,11 @@ like pyspark's own Params.
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
-import time
 from typing import Any, Sequence
 
-from sparktf.runtime import feed
-
-EVENT_MARKER = "\x1esparktf-event "  # child stdout line prefix carrying a JSON event
-DONE_LINE = "\x1esparktf-done"  # child stdout line: result written, waiting for release
+from sparktf._executor import feed, servers
+from sparktf._protocol.wire import phase, write_event
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,21 +114,19 @@ class TaskContext:
         """With parameter servers, on a ``ps`` or ``worker`` task: starts this task's
         TensorFlow server and tells the driver. Return from ``main_fn`` afterwards: the
         process (and its server) stays up until the chief's ``main_fn`` has returned."""
-        from sparktf.runtime import ps_training
         if self.jobName not in ("ps", "worker") or not self.numPs:
             raise ValueError(f"serve() is for the ps and worker tasks of a job with numPs > 0; "
                              f"this is {self.jobName}:{self.taskIndex} with numPs={self.numPs}.")
-        ps_training.serve(self)
+        servers.serve(self)
 
     def awaitServers(self) -> None:
         """On the chief (numPs > 0): blocks until every worker and parameter server
         serves. Call it before creating ``tf.distribute.ParameterServerStrategy``,
         whose coordinator would otherwise count a server still starting as failed."""
-        from sparktf.runtime import ps_training
         if self.jobName != "chief":
             raise ValueError(f"awaitServers() is for the chief of a job with numPs > 0; this "
                              f"is {self.jobName}:{self.taskIndex}.")
-        ps_training.await_servers(self)
+        servers.await_servers(self)
 
     def emit(self, kind: str, **payload: Any) -> None:
         """Sends a structured event (e.g. epoch progress) to the driver."""
@@ -142,14 +136,3 @@ class TaskContext:
         """Marks a start-up or shutdown phase (timestamped; a DEBUG record on the driver's
         ``sparktf.phases`` logger, which ``bench/startup_bench.py`` tabulates)."""
         phase(name, self.rank)
-
-
-def write_event(event: dict) -> None:
-    """Writes one event line to stdout, which the task relays to the driver."""
-    sys.stdout.write(EVENT_MARKER + json.dumps(event, default=float) + "\n")
-    sys.stdout.flush()
-
-
-def phase(name: str, rank: int | None = None) -> None:
-    """A phase event from the task process (the task fills in its rank when None)."""
-    write_event({"kind": "phase", "name": name, "t": time.time(), "rank": rank})

@@ -19,15 +19,16 @@ from typing import Any, Callable, Sequence
 
 import cloudpickle
 
-from sparktf import cluster_check, failures, pickling, routing, sessions, watchdog
-from sparktf.channel import EventServer
+from sparktf._driver import checks, failures, pickling, routing, schema, sessions
+from sparktf._protocol import watchdog
+from sparktf._protocol.server import EventServer
 from sparktf.errors import (ClusterFormationError, ExecutorEnvironmentError, ExecutorLostError,
                             InvalidInputError, JobTimeoutError, SparkTFError, TaskFailedError,
                             TaskStalledError)
-from sparktf.resources import TaskResources, check_gpu_conf, gpus_scheduled
-from sparktf.runtime import cluster, gpu, row_checks
-from sparktf.runtime import task as task_runtime
-from sparktf.watchdog import Watchdog
+from sparktf._driver.resources import TaskResources, check_gpu_conf, gpus_scheduled
+from sparktf._executor import cluster, gpu, row_checks
+from sparktf._executor import task as task_runtime
+from sparktf._protocol.watchdog import Watchdog
 
 logger = logging.getLogger("sparktf")
 worker_logger = logging.getLogger("sparktf.worker")
@@ -94,8 +95,7 @@ def run(spark, main_fn: Callable[[Any, Any], Any], args: Any = None, *, numWorke
     payload = pickling.pickle_main(main_fn, args)
     columns = tuple(df.columns) if df is not None else ()
     if df is not None:
-        from sparktf.ml.schema import check_feedable
-        check_feedable(df.schema, columns)
+        schema.check_feedable(df.schema, columns)
     return launch(spark, payload, num_workers=numWorkers, num_ps=numPs, df=df,
                   columns=columns, use_gpu=useGpu, timeout=timeout, evaluator=evaluator,
                   resources=TaskResources.checked(taskCpus, taskGpus))
@@ -175,10 +175,10 @@ def launch(spark, payload: bytes, *, num_workers: int, num_ps: int = 0, df=None,
     stage = _Stage(payload, num_workers, num_ps, tuple(columns), split_column, use_gpu,
                    model_dir, timeout, what, stall_timeout, parquet_uri, evaluator, resources,
                    spare_idle_s(conf, session.setting(SPARE_IDLE_CONF)), checks)
-    cluster_check.check_security(conf, what)
+    checks.check_security(conf, what)
     if resources is not None:
         resources.check(conf)
-    slots = cluster_check.check_capacity(session, stage.num_tasks, what,
+    slots = checks.check_capacity(session, stage.num_tasks, what,
                                          resources.slots if resources is not None else None)
     if use_gpu is True and not (resources is not None and resources.gpus):
         check_gpu_conf(conf)
@@ -186,7 +186,7 @@ def launch(spark, payload: bytes, *, num_workers: int, num_ps: int = 0, df=None,
         logger.info("sparktf: %s runs on CPU: Spark schedules no GPUs "
                     "(spark.task.resource.gpu.amount is not set)", what)
     log_phase(None, "checked")
-    with cluster_check.SlotGate.hold(stage.num_tasks, slots, what):
+    with checks.SlotGate.hold(stage.num_tasks, slots, what):
         rows = _run_stage(session, stage, df, _EventCollector(on_event))
     log_phase(None, "collected")
     results = sorted(((r["rank"], r["result"]) for r in rows))
@@ -238,7 +238,7 @@ def _run_stage(session: sessions.Session, stage: _Stage, df, collector: "_EventC
         tag = f"sparktf-{uuid.uuid4().hex[:12]}"
         with EventServer(host, collector, stage.num_tasks) as server, \
                 _watching(session, stage, collector, tag), _reachability(server, stage):
-            with cluster_check.executor_python(session):
+            with checks.executor_python(session):
                 job = _barrier_job(frame, stage.task_spec(server), stage.resources)
             log_phase(None, "submitted")
             try:

@@ -1,4 +1,4 @@
-"""Validation outside the training loop: the evaluator side-car, and the PS chief's pass.
+"""The evaluator side-car: validation of each checkpoint outside the training loop.
 
 The evaluator (``TFEstimator(evaluator=True)``) is one more task of the barrier
 stage, outside TensorFlow's cluster. It holds the validation rows and evaluates
@@ -12,30 +12,12 @@ from __future__ import annotations
 
 import collections
 
-from sparktf.runtime import checkpoint, feed, keras_steps, training
-from sparktf.runtime.events import EventClient
+from sparktf._executor.training import checkpoint, loop
+from sparktf._executor.training.spec import TrainSpec
+from sparktf._protocol.client import EventClient
 
 
-class Validator:
-    """Validates ``model`` in this process alone; its test step is traced once, then reused."""
-
-    def __init__(self, model, spec: training.TrainSpec):
-        import tensorflow as tf
-
-        self.model, self.spec = model, spec
-        # the default strategy: this process alone
-        self.steps = keras_steps.KerasSteps(tf.distribute.get_strategy(), model)
-        self.callbacks = training.callback_list(spec.callbacks, model, spec.epochs, 1)
-
-    def __call__(self, shard: feed.Shard, progress=None) -> dict[str, float]:
-        """``val_loss`` and the compiled metrics (``val_`` prefixed) on ``shard``;
-        ``progress(step)`` after each step."""
-        plan = training.StepPlan.of([shard.num_rows], 0, self.spec.batch_size)
-        return training.ValidationPass(self.steps, self.spec, shard, plan,
-                                       self.callbacks).run(progress)
-
-
-def evaluate_checkpoints(spec: training.TrainSpec, ctx) -> dict:
+def evaluate_checkpoints(spec: TrainSpec, ctx) -> dict:
     """The evaluator's loop: each committed checkpoint, in order, until training is over."""
     import tensorflow as tf
 
@@ -43,8 +25,8 @@ def evaluate_checkpoints(spec: training.TrainSpec, ctx) -> dict:
     if shard is None or not shard.num_rows:
         raise ValueError("The evaluator received no validation rows. Set validationFraction "
                          "or validationCol so that some rows are held out.")
-    model = training.build_model(spec, ctx.feedSpec)
-    validate = Validator(model, spec)
+    model = loop.build_model(spec, ctx.feedSpec)
+    validate = loop.Validator(model, spec)
     history: dict[str, list] = collections.defaultdict(list)
     done = 0
     with EventClient.from_environment(ctx.rank) as channel:

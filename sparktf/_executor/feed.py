@@ -18,6 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 
+from sparktf._executor import storage
+
 _VECTOR_FIELDS = {"type", "size", "indices", "values"}
 
 
@@ -319,7 +321,6 @@ def parquet_batches(uri: str, rank: int, num_workers: int, batch_rows: int = 10_
     import pyarrow.dataset as pads
     from pyarrow import fs
 
-    from sparktf.runtime import storage
 
     if storage.is_local(uri):
         filesystem, root = fs.LocalFileSystem(), storage.local_path(uri)

@@ -15,13 +15,24 @@ from typing import Sequence
 import numpy as np
 
 
+def is_tf_keras(model) -> bool:
+    """Whether ``model`` is a tf_keras (Keras 2) model rather than a Keras 3 one."""
+    return any(c.__module__.split(".")[0] == "tf_keras" for c in type(model).__mro__)
+
+
+def _check_tf_keras_compiled(model) -> None:
+    """Raises ``TypeError`` unless the tf_keras model was compiled."""
+    if getattr(model, "optimizer", None) is None or not getattr(model, "_is_compiled", False):
+        raise TypeError("modelFn returned a tf_keras model that is not compiled. Call "
+                        "model.compile(optimizer=..., loss=...) in modelFn before returning it.")
+
+
 def check_compiled(model) -> None:
     """Raises ``TypeError`` unless ``model`` is a compiled Keras 3 or tf_keras model."""
     import keras
 
-    from sparktf.runtime import tf_keras_fit
-    if tf_keras_fit.is_tf_keras(model):
-        tf_keras_fit.check_compiled(model)
+    if is_tf_keras(model):
+        _check_tf_keras_compiled(model)
         return
     if not isinstance(model, keras.Model):
         raise TypeError("modelFn must return a compiled keras.Model (Keras 3). "

@@ -1,4 +1,4 @@
-"""The driver's end of the task -> driver event channel (see ``sparktf.runtime.events``).
+"""The driver's end of the task -> driver event channel (see ``sparktf._protocol.client``).
 
 One server per job, bound to the driver's own address on a kernel-chosen port,
 accepting only connections that present the job's random secret. Besides receiving
@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from sparktf.runtime.events import ACK, decode, encode
+from sparktf._protocol.wire import ACK, decode, encode
 
 logger = logging.getLogger(__name__)
 

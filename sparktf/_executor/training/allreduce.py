@@ -1,0 +1,100 @@
+"""All-reduce training (MultiWorkerMirroredStrategy): every worker steps through its own
+shard in lockstep, Keras's ``train_step`` under the strategy with the loss scaled so
+that the step equals one over the global batch."""
+
+from __future__ import annotations
+
+from sparktf._executor.training import keras_steps, loop, tf_keras
+from sparktf._executor.training.spec import StepPlan, TrainSpec
+
+
+def train(spec: TrainSpec, ctx) -> dict | None:
+    import tensorflow as tf
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    ctx.phase("strategy created")
+    with strategy.scope():
+        model = loop.build_model(spec, ctx.feedSpec)
+    ctx.phase("model built")
+    loop.check_labels(model, spec, ctx)
+    first_epoch, history = loop.resume(model, spec)
+    if keras_steps.is_tf_keras(model):  # Keras 2 models keep their own fit
+        workers = ctx.numWorkers
+        history = tf_keras.fit(
+            spec, ctx, strategy, model, first_epoch, history,
+            StepPlan.of(ctx.allNumRows[:workers], ctx.rank, spec.batch_size),
+            StepPlan.of(ctx.allValidationRows[:workers], ctx.rank, spec.batch_size)
+            if spec.validates_in_loop else None)
+    else:
+        history = _EpochLoop(spec, ctx, strategy, model).fit(first_epoch, history)
+    ctx.phase("trained")
+    return loop.chief_result(model, spec, ctx, history)
+
+
+class _EpochLoop(loop.EpochRunner):
+    """All-reduce epochs: every worker steps through its own shard in lockstep."""
+
+    def __init__(self, spec: TrainSpec, ctx, strategy, model):
+        workers = ctx.allNumRows[:ctx.numWorkers]  # workers take the first ranks
+        self.plan = StepPlan.of(workers, ctx.rank, spec.batch_size)
+        super().__init__(spec, ctx, model, self.plan.steps)
+        self.strategy = strategy
+        self.specs = keras_steps.input_specs(model)
+        self.steps_fn = keras_steps.KerasSteps(strategy, model)
+        self.factors = self.plan.factors(strategy.num_replicas_in_sync,
+                                         keras_steps.replicas_per_worker(strategy))
+        # batch logs are averaged over the workers (a collective) only when a callback
+        # or the step summaries read them; each epoch's last step always is (custom logs)
+        self.batch_logs = (keras_steps.overrides(spec.callbacks, keras_steps.TRAIN_BATCH_HOOKS)
+                           or bool(spec.summary_steps))
+        self.validation = (loop.ValidationPass(self.steps_fn, spec, ctx.validationShard,
+                                          StepPlan.of(ctx.allValidationRows[:ctx.numWorkers],
+                                                      ctx.rank, spec.batch_size),
+                                          self.callbacks)
+                           if spec.validates_in_loop else None)
+
+    def validates(self) -> bool:
+        return self.validation is not None
+
+    def train_epoch(self, epoch: int) -> dict[str, float]:
+        logs: dict = {}
+        hooks = self.batch_logs
+        for step, data in enumerate(self.spec.batches(self.ctx.shard, self.plan.sizes, epoch,
+                                                      self.specs)):
+            if step == 0 and epoch == 0:
+                keras_steps.check_input_widths(list(loop.features(data)), self.specs,
+                                               self.spec.feature_columns)
+            self.beat("training", epoch + 1, step, force=step == 0,
+                      progress=lambda: self._progress(step, logs))
+            if hooks:
+                self.callbacks.on_train_batch_begin(step)
+            logs = self.steps_fn.train(data, self.factors[step],
+                                       reduce=hooks or step == self.steps - 1)
+            if step == 0 and epoch == 0:
+                self.ctx.phase("first step")
+            if hooks:
+                self.callbacks.on_train_batch_end(step, logs)
+                self.summaries.write_step(epoch * self.steps + step + 1, logs.get("loss"))
+                if self.steps_fn.any_worker(self.model.stop_training):
+                    self.model.stop_training = True
+                    break
+        self.rows_trained = self.plan.total_rows
+        return self.steps_fn.epoch_logs(logs)
+
+    def validate(self) -> dict[str, float]:
+        return self.validation.run(self.validation_step)
+
+    def _progress(self, step: int, logs) -> dict:
+        """The epoch so far for the driver's progress bar: ``step`` steps done, their rows
+        over every worker, and this worker's last loss (its own replica's, not reduced)."""
+        out = {"steps": self.steps, "epochs": self.spec.epochs,
+               "rows": int(self.plan.rows[:, :step].sum())}
+        loss = logs.get("loss") if isinstance(logs, dict) else None
+        if loss is not None:
+            out["loss"] = float(loss)
+        return out
+
+    def agree_to_stop(self) -> bool:
+        stop = self.steps_fn.any_worker(getattr(self.model, "stop_training", False))
+        self.model.stop_training = stop
+        return stop

@@ -1,0 +1,261 @@
+"""The parts of a fit every training strategy shares: the compiled model built and resumed
+from its last checkpoint, the epochs in the order of Keras's ``fit`` (``EpochRunner``),
+Keras's validation pass, the export and the chief's answer to the driver."""
+
+from __future__ import annotations
+
+import collections
+import os
+import tempfile
+import time
+
+import numpy as np
+
+from sparktf._executor import feed, inference, storage
+from sparktf._executor.training import checkpoint, keras_steps, summaries
+from sparktf._executor.training.spec import (EXPORT_DIR, KERAS_FILE, SAVED_MODEL, StepPlan,
+                                             TrainSpec)
+from sparktf._protocol import heartbeats
+
+def resume(model, spec: TrainSpec) -> tuple[int, dict]:
+    """(first epoch, history so far): from the last checkpoint of this fit, if any."""
+    found = checkpoint.latest(spec.model_dir)
+    if not found:
+        return 0, {}
+    checkpoint.restore(model, spec.model_dir, found)
+    print(f"sparktf: resuming after epoch {found['epoch']} from the last checkpoint",
+          flush=True)
+    return found["epoch"], found["history"]
+
+
+def chief_result(model, spec: TrainSpec, ctx, history: dict) -> dict | None:
+    """Exports the trained model; the chief's answer to the driver (None elsewhere)."""
+    with heartbeats.Heartbeat(ctx).during("exporting", spec.epochs):
+        exported, input_names = _export(model, spec, ctx)
+    ctx.phase("exported")
+    if not ctx.isChief:
+        return None
+    kind, from_logits = keras_steps.prediction_kind(model)
+    return {"history": history, "export_dir": exported, "rows": int(sum(ctx.allNumRows)),
+            "input_mapping": dict(zip(spec.feature_columns, input_names)),
+            "prediction_kind": kind, "from_logits": from_logits}
+
+
+def build_model(spec: TrainSpec, feed_spec: dict):
+    """The user's compiled model with every variable created (under the current scope):
+    its layers', its metrics' and its optimizer's, as Keras's ``fit`` creates them."""
+    model = spec.model_fn(dict(spec.hparams))
+    keras_steps.check_compiled(model)
+    if keras_steps.is_tf_keras(model):
+        model.optimizer.build(model.trainable_variables)
+    else:
+        specs = keras_steps.input_specs(model)
+        keras_steps.build(model, spec.template(feed_spec, specs))
+    return model
+
+
+def check_labels(model, spec: TrainSpec, ctx) -> None:
+    """Refuses class labels outside the model's outputs before the first step."""
+    lows, highs, integral = [], [], True
+    for shard in (ctx.shard, ctx.validationShard):
+        if shard is None or not shard.num_rows:
+            continue
+        for chunk in feed.read_chunks(shard, [spec.label_column]):
+            labels = chunk[spec.label_column]
+            if labels.ndim != 1 or not len(labels):
+                return  # array labels: nothing to index
+            lows.append(float(labels.min()))
+            highs.append(float(labels.max()))
+            integral &= bool(np.all(np.mod(labels, 1) == 0))
+    if lows:
+        keras_steps.check_class_labels(model, min(lows), max(highs), integral,
+                                       spec.label_column)
+
+
+class EpochRunner:
+    """The epochs of a fit, in the order of Keras's ``fit``: train, validate, callbacks,
+    history; plus sparktf's summaries, checkpoint and progress after each epoch.
+    Subclasses say how one epoch trains (``train_epoch``) and validates."""
+
+    def __init__(self, spec: TrainSpec, ctx, model, steps: int, beat=None):
+        self.spec, self.ctx, self.model, self.steps = spec, ctx, model, steps
+        self.beat = beat or heartbeats.Heartbeat(ctx)
+        self.summaries = summaries.EpochSummaries(spec.model_dir, ctx.isChief,
+                                                  spec.summary_steps)
+        self.recorder = _EpochLogs()
+        self.callbacks = callback_list([*spec.callbacks, self.recorder], model, spec.epochs,
+                                       steps)
+        self.rows_trained = 0  # in the last epoch, over all workers
+        self.epoch = 0  # the epoch running (0-based)
+
+    def train_epoch(self, epoch: int) -> dict[str, float]:
+        raise NotImplementedError
+
+    def validates(self) -> bool:
+        return False
+
+    def validate(self) -> dict[str, float]:
+        return {}
+
+    def validation_step(self, step: int) -> None:
+        """After each validation step: a heartbeat, at most every few seconds."""
+        self.beat("validation", self.epoch + 1, step, force=False)
+
+    def agree_to_stop(self) -> bool:
+        """Whether training stops now: ``model.stop_training`` as every worker sees it."""
+        return bool(getattr(self.model, "stop_training", False))
+
+    def fit(self, first_epoch: int = 0, history: dict | None = None) -> dict[str, list[float]]:
+        """Runs epochs ``first_epoch`` .. ``epochs - 1``, checkpointing after each one."""
+        history = collections.defaultdict(list, {k: list(v) for k, v in (history or {}).items()})
+        self.model.stop_training = False
+        self.callbacks.on_train_begin()
+        logs: dict = {}
+        for epoch in range(first_epoch, self.spec.epochs):
+            self.epoch = epoch
+            started = time.monotonic()
+            self.model.reset_metrics()
+            self.callbacks.on_epoch_begin(epoch)
+            logs = self.train_epoch(epoch)
+            if self.validates():
+                self.beat("validation", epoch + 1)
+                logs.update(self.validate())
+            self.beat("callbacks", epoch + 1)
+            self.callbacks.on_epoch_end(epoch, logs)
+            logs = self.recorder.logs  # as the callbacks left them (e.g. + learning_rate)
+            for key, value in logs.items():
+                history[key].append(value)
+            self.summaries.write(epoch + 1, logs)
+            self.beat("checkpoint", epoch + 1)
+            checkpoint.save(self.model, self.spec.model_dir, epoch + 1, dict(history),
+                            self.ctx.isChief)
+            heartbeats.report_epoch(self.ctx, epoch + 1, self.spec.epochs, logs, self.rows_trained,
+                                 time.monotonic() - started)
+            if self.agree_to_stop():
+                break
+        _finalize(self.model)
+        self.callbacks.on_train_end(logs)
+        self.summaries.close()
+        return dict(history)
+
+
+class _EpochLogs:
+    """Last in the callback list, like Keras's History: the epoch's logs as the other
+    callbacks left them (``CallbackList`` hands them a copy of the loop's logs)."""
+
+    def __new__(cls):
+        import keras
+
+        class EpochLogs(keras.callbacks.Callback):
+            logs: dict = {}
+
+            def on_epoch_end(self, epoch, logs=None):
+                self.logs = dict(logs or {})
+
+        return EpochLogs()
+
+
+def _finalize(model) -> None:
+    """What Keras's ``fit`` does after the last epoch: e.g. an EMA optimizer's averages
+    become the weights."""
+    import keras
+
+    if isinstance(model.optimizer, keras.optimizers.Optimizer):
+        model.optimizer.finalize_variable_values(model.trainable_weights)
+
+
+def features(data: tuple) -> tuple:
+    x = data[0]
+    return x if isinstance(x, tuple) else (x,)
+
+
+class ValidationPass:
+    """Keras's ``evaluate`` inside ``fit``: ``test_step`` over the validation rows, then
+    the metrics over every worker, ``val_`` prefixed."""
+
+    def __init__(self, steps_fn, spec: TrainSpec, shard: feed.Shard, plan: StepPlan,
+                 callbacks):
+        self.steps_fn, self.spec, self.shard, self.plan = steps_fn, spec, shard, plan
+        self.callbacks = callbacks
+        self.hooks = keras_steps.overrides(spec.callbacks, keras_steps.TEST_BATCH_HOOKS)
+        self.specs = keras_steps.input_specs(steps_fn.model)
+
+    def run(self, progress=None) -> dict[str, float]:
+        """``progress(step)`` is called after each step (heartbeats)."""
+        model = self.steps_fn.model
+        model.reset_metrics()
+        self.callbacks.on_test_begin()
+        logs: dict = {}
+        for step, data in enumerate(self.spec.batches(self.shard, self.plan.sizes,
+                                                      specs=self.specs)):
+            if self.hooks:
+                self.callbacks.on_test_batch_begin(step)
+            logs = self.steps_fn.test(data, reduce=self.hooks or step == self.plan.steps - 1)
+            if self.hooks:
+                self.callbacks.on_test_batch_end(step, logs)
+            if progress is not None:
+                progress(step)
+        logs = self.steps_fn.epoch_logs(logs)
+        self.callbacks.on_test_end(logs)
+        return {f"val_{name}": value for name, value in logs.items()}
+
+
+def callback_list(callbacks, model, epochs: int, steps: int):
+    import keras
+
+    return keras.callbacks.CallbackList(list(callbacks), add_history=False,
+                                        add_progbar=False, model=model, epochs=epochs,
+                                        steps=steps, verbose=0)
+
+
+def _export(model, spec: TrainSpec, ctx) -> tuple[str, list[str]]:
+    """Every worker exports (the chief's copy is kept): SavedModel for serving, .keras file.
+
+    Returns the export URI and the serving signature's input names in model-input order.
+    """
+    target = storage.join(spec.model_dir, EXPORT_DIR)
+    with tempfile.TemporaryDirectory(prefix="sparktf-export-") as local:
+        if keras_steps.is_tf_keras(model):
+            model.export(os.path.join(local, SAVED_MODEL))
+        else:
+            model.export(os.path.join(local, SAVED_MODEL), verbose=False)
+        model.save(os.path.join(local, KERAS_FILE))
+        names = list(inference.describe(os.path.join(local, SAVED_MODEL),
+                                        "serving_default")[0])
+        if ctx.isChief:
+            storage.put_dir(local, target)
+    return target, _order_inputs(names, _input_names(model))
+
+
+def _input_names(model) -> list[str]:
+    """The model's input names in order; none known for a subclassed model."""
+    try:
+        return [getattr(t, "name", "") for t in model.inputs or []]
+    except (AttributeError, ValueError):
+        return []
+
+
+def _order_inputs(signature_names: list[str], model_names: list[str]) -> list[str]:
+    """Signature input names in the model's input order (matched by name when possible)."""
+    if len(signature_names) == 1 or set(model_names) != set(signature_names):
+        return sorted(signature_names)
+    return list(model_names)
+
+
+class Validator:
+    """Validates ``model`` in this process alone; its test step is traced once, then reused."""
+
+    def __init__(self, model, spec: TrainSpec):
+        import tensorflow as tf
+
+        self.model, self.spec = model, spec
+        # the default strategy: this process alone
+        self.steps = keras_steps.KerasSteps(tf.distribute.get_strategy(), model)
+        self.callbacks = callback_list(spec.callbacks, model, spec.epochs, 1)
+
+    def __call__(self, shard: feed.Shard, progress=None) -> dict[str, float]:
+        """``val_loss`` and the compiled metrics (``val_`` prefixed) on ``shard``;
+        ``progress(step)`` after each step."""
+        plan = StepPlan.of([shard.num_rows], 0, self.spec.batch_size)
+        return ValidationPass(self.steps, self.spec, shard, plan,
+                                       self.callbacks).run(progress)

@@ -1,0 +1,126 @@
+"""What a fit's training tasks are given and agree on: the frozen ``TrainSpec`` (built on
+the driver) and the ``StepPlan`` that spreads every epoch's rows over the workers."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from sparktf._executor import feed
+from sparktf._executor.training import keras_steps
+
+EXPORT_DIR = "export"
+SAVED_MODEL = "saved_model"
+KERAS_FILE = "model.keras"
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainSpec:
+    """Everything the training task needs, frozen on the driver."""
+
+    model_fn: Callable[[dict], Any]
+    hparams: dict
+    feature_columns: tuple[str, ...]
+    label_column: str
+    epochs: int
+    batch_size: int
+    model_dir: str
+    shuffle: bool = True
+    seed: int = 0
+    has_validation: bool = False
+    callbacks: tuple = ()
+    evaluator: bool = False  # an evaluator side-car validates instead of the workers
+    summary_steps: int = 0  # also log the training loss every this many steps (0: never)
+    weight_column: str | None = None  # Keras's sample_weight, for training and validation
+    class_weight: dict | None = None  # Keras's class_weight: class index -> weight
+
+    @property
+    def validates_in_loop(self) -> bool:
+        return self.has_validation and not self.evaluator
+
+    @property
+    def columns(self) -> list[str]:
+        """The columns a task reads: the features, the label, then the weight if any."""
+        return [*self.feature_columns, self.label_column,
+                *([self.weight_column] if self.weight_column else [])]
+
+    def batches(self, shard: feed.Shard, sizes, epoch: int | None = None, specs=()):
+        """``shard`` as step data for ``train_step``/``test_step``, one batch of each of
+        ``sizes`` rows: in order, or with ``epoch`` and ``shuffle``, shuffled with that
+        epoch's own seed. ``specs``: the model inputs' (shape, dtype), to shape features."""
+        seed = (None if epoch is None or not self.shuffle
+                else (self.seed * 1_000_003 + epoch) % (2 ** 63))
+        for batch in feed.step_batches(shard, sizes, self.columns, seed):
+            yield self.step_data(batch, specs)
+
+    def step_data(self, batch: dict, specs=()) -> tuple:
+        """One batch of columns as ``(x, y[, sample_weight])``, as Keras's adapters give it."""
+        x = keras_steps.to_model_inputs([batch[c] for c in self.feature_columns], specs)
+        y = batch[self.label_column]
+        weight = None
+        if self.weight_column:
+            weight = batch[self.weight_column].astype(np.float32)
+        elif self.class_weight:
+            weight = class_weights(y, self.class_weight)
+        return keras_steps.step_data(x, y, weight)
+
+    def template(self, feed_spec: dict, specs=()) -> tuple:
+        """A zero-row batch with the columns' shapes and dtypes (``ctx.feedSpec``): what
+        builds the model's variables before any row is read."""
+        batch = {name: np.zeros((0, width) if width else (0,), dtype=np.dtype(dtype))
+                 for name, (dtype, width) in feed_spec.items()}
+        return self.step_data(batch, specs)
+
+
+def class_weights(labels: np.ndarray, class_weight: dict) -> np.ndarray:
+    """Keras's ``class_weight`` as per-row weights (its ``class_weight_to_sample_weights``):
+    the class is the rounded label, or the arg-max of a one-hot row; unlisted classes 1."""
+    classes = labels
+    if classes.ndim > 1:
+        classes = classes.argmax(-1) if classes.shape[-1] != 1 else classes[..., 0]
+    classes = np.round(classes).astype(np.int64)
+    table = np.ones(max(class_weight) + 2, dtype=np.float32)
+    for key, value in class_weight.items():
+        table[int(key)] = value
+    inside = (classes >= 0) & (classes <= max(class_weight))
+    return np.where(inside, table[np.clip(classes, 0, len(table) - 1)], 1.0).astype(np.float32)
+
+
+@dataclasses.dataclass(frozen=True)
+class StepPlan:
+    """One pass over rows spread over workers: how many each feeds at every step."""
+
+    rows: np.ndarray  # [workers, steps], from feed.step_rows
+    rank: int
+
+    @classmethod
+    def of(cls, all_rows: Sequence[int], rank: int, global_batch: int) -> "StepPlan":
+        return cls(feed.step_rows(all_rows, global_batch), rank)
+
+    @property
+    def steps(self) -> int:
+        return self.rows.shape[1]
+
+    @property
+    def sizes(self) -> list[int]:
+        """This worker's batch size at each step."""
+        return [int(n) for n in self.rows[self.rank]]
+
+    @property
+    def total_rows(self) -> int:
+        return int(self.rows.sum())
+
+    def factors(self, replicas_in_sync: int, local_replicas: int = 1) -> list[float]:
+        """Each step's loss factor for this worker's replicas (see ``KerasSteps``):
+        replicas x this replica's rows / the step's rows over every replica."""
+        step_rows = self.rows.sum(axis=0)
+        return [float(replicas_in_sync * mine / (local_replicas * total)) if total else 0.0
+                for mine, total in zip(self.rows[self.rank], step_rows)]
+
+
+def plan_steps(all_rows: Sequence[int], global_batch: int) -> int:
+    """Steps per epoch so that every row is used once at ``global_batch`` rows a step."""
+    return max(1, math.ceil(sum(all_rows) / global_batch))
