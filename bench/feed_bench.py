@@ -92,13 +92,13 @@ def run_parquet(spark, df, rows):
     """inputMode='parquet': write once (timed apart), then workers read their files."""
     import tempfile
 
-    from sparktf._driver import launch as launcher, pickling
+    from sparktf._driver import launch, pickling
 
     uri = os.path.join(tempfile.mkdtemp(prefix="sparktf-bench-"), "data")
     _, write_s = common.timed(lambda: df.repartition(4).write.parquet(uri))
     payload = pickling.pickle_main(consume, {"batch": BATCH // 2})
-    out, seconds = common.timed(launcher.launch, spark, payload, num_workers=2,
-                                columns=("features", "label"), parquet_uri=uri)
+    stage = launch.LaunchSpec(payload, 2, columns=("features", "label"), parquet_uri=uri)
+    out, seconds = common.timed(launch.launch, spark, stage)
     assert sum(n for n, _ in out) == rows
     return rows / seconds, write_s
 

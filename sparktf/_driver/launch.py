@@ -15,7 +15,7 @@ import re
 import threading
 import time
 import uuid
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import cloudpickle
 
@@ -26,7 +26,8 @@ from sparktf.errors import (ClusterFormationError, ExecutorEnvironmentError, Exe
                             InvalidInputError, JobTimeoutError, SparkTFError, TaskFailedError,
                             TaskStalledError)
 from sparktf._driver.resources import TaskResources, check_gpu_conf, gpus_scheduled
-from sparktf._executor import cluster, gpu, row_checks
+from sparktf._executor import cluster, gpu
+from sparktf._executor.row_checks import RowChecks
 from sparktf._executor import task as task_runtime
 from sparktf._protocol.watchdog import Watchdog
 
@@ -96,9 +97,9 @@ def run(spark, main_fn: Callable[[Any, Any], Any], args: Any = None, *, numWorke
     columns = tuple(df.columns) if df is not None else ()
     if df is not None:
         schema.check_feedable(df.schema, columns)
-    return launch(spark, payload, num_workers=numWorkers, num_ps=numPs, df=df,
-                  columns=columns, use_gpu=useGpu, timeout=timeout, evaluator=evaluator,
-                  resources=TaskResources.checked(taskCpus, taskGpus))
+    return launch(spark, LaunchSpec(payload, numWorkers, numPs, columns=columns, use_gpu=useGpu,
+                                    timeout=timeout, evaluator=evaluator,
+                                    resources=TaskResources.checked(taskCpus, taskGpus)), df)
 
 
 def validate_launch(num_workers, num_ps, use_gpu, timeout) -> None:
@@ -115,24 +116,30 @@ def validate_launch(num_workers, num_ps, use_gpu, timeout) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Stage:
-    """One barrier stage to run: what the tasks get, and how the driver waits for it."""
+class LaunchSpec:
+    """One barrier stage to run: what the tasks get, and how the driver waits for it.
 
-    payload: bytes
+    With ``stall_timeout``, a rank that has sent heartbeats and then stays silent that
+    long stops the stage with ``TaskStalledError``. With ``row_checks``, the tasks check
+    the rows they receive and bad data raises ``InvalidInputError``. ``spare_idle_s``
+    is filled in by ``launch`` from the session's configuration.
+    """
+
+    payload: bytes  # cloudpickle of (main_fn, args): pickling.pickle_main
     num_workers: int
-    num_ps: int
-    columns: tuple[str, ...]
-    split_column: str | None
-    use_gpu: str | bool  # gpu.use_gpu_value
-    model_dir: str | None
-    timeout: float | None
-    what: str
+    num_ps: int = 0
+    columns: tuple[str, ...] = ()  # the input columns the tasks receive
+    split_column: str | None = None  # boolean column: true rows are held out (validation)
+    use_gpu: str | bool = "auto"  # gpu.use_gpu_value
+    model_dir: str | None = None
+    timeout: float | None = None
+    what: str = "sparktf.run"  # how errors and logs name the job
     stall_timeout: float | None = None
-    parquet_uri: str | None = None
+    parquet_uri: str | None = None  # inputMode="parquet": the tasks read this copy
     evaluator: bool = False
-    resources: "TaskResources | None" = None
+    resources: TaskResources | None = None
+    row_checks: RowChecks | None = None
     spare_idle_s: float = 0.0
-    row_checks: "row_checks.RowChecks | None" = None
 
     @property
     def layout(self) -> cluster.Layout:
@@ -153,36 +160,26 @@ class _Stage:
             spare_idle_s=self.spare_idle_s, row_checks=self.row_checks)
 
 
-def launch(spark, payload: bytes, *, num_workers: int, num_ps: int = 0, df=None,
-           columns: Sequence[str] = (), split_column: str | None = None, use_gpu="auto",
-           model_dir: str | None = None, timeout: float | None = None,
-           on_event: Callable[[dict], None] | None = None,
-           what: str = "sparktf.run", stall_timeout: float | None = None,
-           parquet_uri: str | None = None, evaluator: bool = False,
-           resources: TaskResources | None = None,
-           checks: row_checks.RowChecks | None = None) -> list[Any]:
-    """Runs one barrier stage (the tasks of ``cluster.assign_roles``); returns unpickled results.
-
-    With ``stall_timeout``, a rank that has sent heartbeats and then stays silent that
-    long stops the stage with ``TaskStalledError``. With ``checks``, the tasks check the
-    rows they receive and bad data raises ``InvalidInputError``.
-    """
+def launch(spark, stage: LaunchSpec, df=None,
+           on_event: Callable[[dict], None] | None = None) -> list[Any]:
+    """Runs one barrier stage (the tasks of ``cluster.assign_roles``) over ``df``; returns
+    the tasks' unpickled results by rank. ``on_event`` hears the tasks' events."""
     _ensure_log_handler()
     log_phase(None, "launch")
     session = sessions.Session(spark)
     conf = session.conf()
-    use_gpu = gpu.use_gpu_value(use_gpu)
-    stage = _Stage(payload, num_workers, num_ps, tuple(columns), split_column, use_gpu,
-                   model_dir, timeout, what, stall_timeout, parquet_uri, evaluator, resources,
-                   spare_idle_s(conf, session.setting(SPARE_IDLE_CONF)), checks)
+    stage = dataclasses.replace(
+        stage, columns=tuple(stage.columns), use_gpu=gpu.use_gpu_value(stage.use_gpu),
+        spare_idle_s=spare_idle_s(conf, session.setting(SPARE_IDLE_CONF)))
+    what, resources = stage.what, stage.resources
     checks.check_security(conf, what)
     if resources is not None:
         resources.check(conf)
     slots = checks.check_capacity(session, stage.num_tasks, what,
-                                         resources.slots if resources is not None else None)
-    if use_gpu is True and not (resources is not None and resources.gpus):
+                                  resources.slots if resources is not None else None)
+    if stage.use_gpu is True and not (resources is not None and resources.gpus):
         check_gpu_conf(conf)
-    elif use_gpu == "auto" and not gpus_scheduled(conf):
+    elif stage.use_gpu == "auto" and not gpus_scheduled(conf):
         logger.info("sparktf: %s runs on CPU: Spark schedules no GPUs "
                     "(spark.task.resource.gpu.amount is not set)", what)
     log_phase(None, "checked")
@@ -226,7 +223,7 @@ def log_phase(rank: int | None, name: str, t: float | None = None) -> None:
                            extra={"phase": (rank, name, t)})
 
 
-def _run_stage(session: sessions.Session, stage: _Stage, df, collector: "_EventCollector"):
+def _run_stage(session: sessions.Session, stage: LaunchSpec, df, collector: "_EventCollector"):
     """Runs the barrier stage, forming the cluster again if a port was taken, and with a
     shuffle before it if Spark cannot run a barrier stage on the input's own plan."""
     host = session.channel_host()
@@ -276,7 +273,7 @@ CHANNEL_GRACE_S = 90.0  # a task connects within seconds of starting; executors 
 
 
 @contextlib.contextmanager
-def _reachability(server: EventServer, stage: _Stage):
+def _reachability(server: EventServer, stage: LaunchSpec):
     """Says once, in one log line, when no task reaches this driver's event channel."""
     def watch():
         if server.await_connected(CHANNEL_GRACE_S) == "timeout":
@@ -309,7 +306,7 @@ def _barrier_job(frame, spec: task_runtime.TaskSpec, resources: TaskResources | 
 
 
 @contextlib.contextmanager
-def _watching(session: sessions.Session, stage: _Stage, collector: "_EventCollector",
+def _watching(session: sessions.Session, stage: LaunchSpec, collector: "_EventCollector",
               tag: str):
     """Watches heartbeats while the stage runs; a stall cancels the stage's jobs."""
     if not stage.stall_timeout:
@@ -328,7 +325,7 @@ def _watching(session: sessions.Session, stage: _Stage, collector: "_EventCollec
             collector.watchdog = None
 
 
-def _stall_error(stage: _Stage, rank: int, last: dict) -> TaskStalledError:
+def _stall_error(stage: LaunchSpec, rank: int, last: dict) -> TaskStalledError:
     others = "; ".join(f"rank {r}: {watchdog.describe(e)}" for r, e in sorted(last.items())
                        if r != rank)
     event = last[rank]

@@ -125,17 +125,16 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
         resources = TaskResources.checked(self.getTaskCpus(), self.getTaskGpus())
         if self.getTensorboard():
             tensorboard.start(storage.parent(run_dir))
+        stage = launch.LaunchSpec(
+            payload, self.getNumWorkers(), self.getNumPs(), columns=columns, split_column=split,
+            use_gpu=self.getUseGpu(), model_dir=run_dir, what="TFEstimator.fit",
+            stall_timeout=self.getStallTimeout(), parquet_uri=parquet_uri,
+            evaluator=self.getEvaluator(), resources=resources, row_checks=self._row_checks())
         policy = failures.FailurePolicy(self.getMaxRetries())
         for retries in itertools.count():
             progress = FitProgress(self.getVerbose())
             try:
-                results = launch.launch(
-                    spark, payload, num_workers=self.getNumWorkers(),
-                    num_ps=self.getNumPs(), df=frame, columns=columns, split_column=split,
-                    use_gpu=self.getUseGpu(), model_dir=run_dir, on_event=progress,
-                    what="TFEstimator.fit", stall_timeout=self.getStallTimeout(),
-                    parquet_uri=parquet_uri, evaluator=self.getEvaluator(),
-                    resources=resources, checks=self._row_checks())
+                results = launch.launch(spark, stage, frame, on_event=progress)
                 model = self._make_model(results)
                 launch.log_phase(None, "model made")
                 if "mlflow" in sys.modules:  # MLflow is optional: only if the app uses it

@@ -204,13 +204,13 @@ def test_tasks_that_cannot_reach_the_driver_exchange_through_spark_and_finish(sp
     import dataclasses
     import socket
 
-    from sparktf._driver import launch as launcher
+    from sparktf._driver import launch
 
     with socket.socket() as probe:  # a port nobody listens on: connections are refused
         probe.bind(("127.0.0.1", 0))
         dead = probe.getsockname()
-    task_spec = launcher._Stage.task_spec
-    monkeypatch.setattr(launcher._Stage, "task_spec", lambda self, server: dataclasses.replace(
+    task_spec = launch.LaunchSpec.task_spec
+    monkeypatch.setattr(launch.LaunchSpec, "task_spec", lambda self, server: dataclasses.replace(
         task_spec(self, server), event_address=dead))
     df = spark.range(30).selectExpr("cast(id as double) as x").repartition(2)
     results = sparktf.run(spark, _cluster_seen, numWorkers=2, df=df)

@@ -6,7 +6,7 @@ import threading
 import pytest
 
 import sparktf
-from sparktf._driver import checks as cluster_check, launch as launcher, pickling
+from sparktf._driver import checks, launch, pickling
 from sparktf._protocol.server import EventServer
 from sparktf._driver.resources import TaskResources
 from sparktf._protocol.client import EventClient
@@ -24,7 +24,7 @@ from sparktf._protocol.wire import encode
 def test_bad_launch_arguments_are_refused_with_the_value(kwargs, fragment):
     args = {"num_workers": 2, "num_ps": 0, "use_gpu": "auto", "timeout": None, **kwargs}
     with pytest.raises(sparktf.InvalidInputError) as info:
-        launcher.validate_launch(**args)
+        launch.validate_launch(**args)
     assert fragment in str(info.value)
 
 
@@ -63,17 +63,17 @@ def test_non_callable_main_fn_is_refused():
                         "spark.task.resource.gpu.amount": "2"}, 6),
 ])
 def test_expected_slots(master, conf, slots):
-    assert cluster_check.expected_slots(master, conf) == slots
+    assert checks.expected_slots(master, conf) == slots
 
 
 def test_executors_that_cannot_start_are_named_at_once():
     conf = {"spark.executor.resource.gpu.amount": "2", "spark.task.resource.gpu.amount": "1"}
-    reason = cluster_check.unplaceable("local-cluster[2,1,1024]", conf)
+    reason = checks.unplaceable("local-cluster[2,1,1024]", conf)
     assert "spark.executor.resource.gpu.amount=2" in reason
     assert "Set spark.worker.resource.gpu.amount" in reason
     conf["spark.worker.resource.gpu.amount"] = "2"
-    assert cluster_check.unplaceable("local-cluster[2,1,1024]", conf) is None
-    assert cluster_check.unplaceable("spark://h:7077", {}) is None
+    assert checks.unplaceable("local-cluster[2,1,1024]", conf) is None
+    assert checks.unplaceable("spark://h:7077", {}) is None
 
 
 def test_event_channel_delivers_events_and_acknowledges():
@@ -100,12 +100,12 @@ def test_event_client_without_a_driver_degrades_quietly():
     assert client.send({"kind": "log"}) is False
 
 
-@pytest.mark.parametrize("setting", cluster_check.SECURE_SETTINGS)
+@pytest.mark.parametrize("setting", checks.SECURE_SETTINGS)
 def test_secured_spark_apps_refuse_unauthenticated_tensorflow_unless_allowed(setting):
     with pytest.raises(sparktf.ClusterCapacityError, match=f"{setting}=true"):
-        cluster_check.check_security({setting: "true"}, "TFEstimator.fit")
-    cluster_check.check_security({setting: "true", cluster_check.ALLOW_PLAIN_TF: "true"}, "x")
-    cluster_check.check_security({}, "x")  # an unsecured app needs nothing
+        checks.check_security({setting: "true"}, "TFEstimator.fit")
+    checks.check_security({setting: "true", checks.ALLOW_PLAIN_TF: "true"}, "x")
+    checks.check_security({}, "x")  # an unsecured app needs nothing
 
 
 @pytest.mark.parametrize("cpus,gpus,fragment", [
@@ -193,8 +193,7 @@ def test_event_channel_gathers_every_tasks_message_in_rank_order():
 
 
 def test_a_gather_falls_back_to_spark_for_all_when_a_task_never_connects(monkeypatch):
-    from sparktf._protocol import server as channel
-    monkeypatch.setattr(channel, "GATHER_GRACE_S", 0.5)
+    monkeypatch.setattr("sparktf._protocol.server.GATHER_GRACE_S", 0.5)
     with EventServer("127.0.0.1", lambda e: None, num_tasks=3) as server:
         with EventClient(server.address, server.secret, rank=0) as a, \
                 EventClient(server.address, server.secret, rank=1) as b:
@@ -244,18 +243,18 @@ def test_a_waiting_task_is_not_released_by_shutdown():
 def test_one_log_line_says_when_no_task_reaches_the_channel(monkeypatch, caplog):
     import logging
 
-    monkeypatch.setattr(launcher, "CHANNEL_GRACE_S", 0.3)
-    stage = launcher._Stage(b"", 2, 0, (), None, "auto", None, None, "TFEstimator.fit")
+    monkeypatch.setattr(launch, "CHANNEL_GRACE_S", 0.3)
+    stage = launch.LaunchSpec(b"", 2, what="TFEstimator.fit")
     caplog.set_level(logging.WARNING, logger="sparktf")
     with EventServer("127.0.0.1", lambda e: None, num_tasks=2) as server:
-        with launcher._reachability(server, stage) as watcher:
+        with launch._reachability(server, stage) as watcher:
             watcher.join(10)
     lines = [r.getMessage() for r in caplog.records if "event channel" in r.getMessage()]
     assert len(lines) == 1 and "no task of TFEstimator.fit has reached" in lines[0]
     assert "spark.sparktf.channelHost" in lines[0]
     caplog.clear()
     with EventServer("127.0.0.1", lambda e: None, num_tasks=1) as server:
-        with launcher._reachability(server, stage) as watcher:
+        with launch._reachability(server, stage) as watcher:
             with EventClient(server.address, server.secret, rank=0):
                 watcher.join(10)
     assert not [r for r in caplog.records if "event channel" in r.getMessage()]

@@ -4,7 +4,7 @@ graph pipeline the parameter-server workers run."""
 import numpy as np
 import pytest
 
-from sparktf._executor.training import keras_steps, parameter_servers as ps_training
+from sparktf._executor.training import keras_steps, parameter_servers
 
 CASES = [  # (rows of the column, model input spec) -> shape and dtype the model gets
     (np.zeros((5, 64), np.float32), ((8, 8, 1), "float32"), (5, 8, 8, 1), "float32"),
@@ -21,7 +21,7 @@ def test_numpy_and_graph_feeds_shape_and_cast_alike(column, spec, shape, dtype):
 
     fed = keras_steps.to_model_inputs([column], [spec])
     assert fed.shape == shape and fed.dtype == dtype
-    in_graph = tf.function(lambda c: ps_training._shape_input(
+    in_graph = tf.function(lambda c: parameter_servers._shape_input(
         c, (column.dtype, column.shape[1:]), spec))(tf.constant(column))
     assert tuple(in_graph.shape) == shape and in_graph.dtype.name == dtype
 

@@ -98,12 +98,12 @@ def test_model_history_and_mappings_are_params():
                                           ("false", False), (False, False),
                                           ("Auto", "auto"), ("auto", "auto")])
 def test_use_gpu_has_one_representation_inside(given, inside):
-    from sparktf._driver import launch as launcher
+    from sparktf._driver import launch
     from sparktf._executor import gpu
     for value in (TFEstimator(useGpu=given).getUseGpu(), TFModel(useGpu=given).getUseGpu(),
                   gpu.use_gpu_value(given)):
         assert value == inside and type(value) is type(inside)
-    launcher.validate_launch(1, 0, given, None)  # run() takes the same values
+    launch.validate_launch(1, 0, given, None)  # run() takes the same values
 
 
 @pytest.mark.parametrize("amount", [0.25, 0.5, 1, 1.0, 2, 4])

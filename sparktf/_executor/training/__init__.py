@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from sparktf._executor import cluster
 from sparktf._executor.training import allreduce, evaluator, parameter_servers
-from sparktf._executor.training.spec import TrainSpec
+from sparktf._executor.training.spec import KERAS_FILE, SAVED_MODEL, TrainSpec
 from sparktf._protocol import heartbeats
 
-__all__ = ["TrainSpec", "train_main"]
+__all__ = ["TrainSpec", "train_main", "SAVED_MODEL", "KERAS_FILE"]
 
 
 def train_main(spec: TrainSpec, ctx) -> dict | None:
