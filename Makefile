@@ -7,7 +7,7 @@ STAMP := $(VENV)/.sparktf-installed
 LOWEST := .venv-lowest
 LOWEST_STAMP := $(LOWEST)/.sparktf-installed
 
-.PHONY: demo test test-lowest unit integration bench java-check clean
+.PHONY: demo test test-lowest lint unit integration bench java-check clean
 
 $(STAMP): pyproject.toml setup.cfg Makefile constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "sparktf needs Python 3.11 or newer; set PYTHON=/path/to/python3.11")'
@@ -36,9 +36,14 @@ java-check:
 demo: java-check $(STAMP)
 	$(BIN)/python -m examples.demo
 
-test: java-check $(STAMP) $(LOWEST_STAMP)
+test: java-check $(STAMP) $(LOWEST_STAMP) lint
 	$(BIN)/python -m pytest tests
 	$(MAKE) --no-print-directory test-lowest
+
+# ruff's rule set and the import contracts of ARCHITECTURE.md (both in pyproject.toml).
+lint: $(STAMP)
+	$(BIN)/ruff check sparktf tests bench examples
+	$(BIN)/lint-imports
 
 # The unit tests and one fit + transform at the lowest declared versions.
 test-lowest: java-check $(LOWEST_STAMP)

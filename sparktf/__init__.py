@@ -10,9 +10,17 @@ inside one Spark barrier stage and hands each task a ``TaskContext``;
 
 from sparktf._driver.launch import run
 from sparktf._executor.context import TaskContext
-from sparktf.errors import (ClusterCapacityError, ClusterFormationError,
-                            ExecutorEnvironmentError, ExecutorLostError, InvalidInputError,
-                            JobTimeoutError, SparkTFError, TaskFailedError, TaskStalledError)
+from sparktf.errors import (
+                            ClusterCapacityError,
+                            ClusterFormationError,
+                            ExecutorEnvironmentError,
+                            ExecutorLostError,
+                            InvalidInputError,
+                            JobTimeoutError,
+                            SparkTFError,
+                            TaskFailedError,
+                            TaskStalledError,
+)
 
 __version__ = "0.1.0"
 

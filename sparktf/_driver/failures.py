@@ -12,9 +12,15 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from sparktf.errors import (ClusterCapacityError, ExecutorEnvironmentError, ExecutorLostError,
-                            InvalidInputError, JobTimeoutError, TaskFailedError,
-                            TaskStalledError)
+from sparktf.errors import (
+    ClusterCapacityError,
+    ExecutorEnvironmentError,
+    ExecutorLostError,
+    InvalidInputError,
+    JobTimeoutError,
+    TaskFailedError,
+    TaskStalledError,
+)
 
 # Evidence that the platform failed, in a task's error message: our own report of a
 # process that died without a result, our own port conflict while forming the cluster,

@@ -20,16 +20,23 @@ from typing import Any, Callable
 import cloudpickle
 
 from sparktf._driver import checks, failures, pickling, routing, schema, sessions
-from sparktf._protocol import watchdog
-from sparktf._protocol.server import EventServer
-from sparktf.errors import (ClusterFormationError, ExecutorEnvironmentError, ExecutorLostError,
-                            InvalidInputError, JobTimeoutError, SparkTFError, TaskFailedError,
-                            TaskStalledError)
 from sparktf._driver.resources import TaskResources, check_gpu_conf, gpus_scheduled
 from sparktf._executor import cluster, gpu
-from sparktf._executor.row_checks import RowChecks
 from sparktf._executor import task as task_runtime
+from sparktf._executor.row_checks import RowChecks
+from sparktf._protocol import watchdog
+from sparktf._protocol.server import EventServer
 from sparktf._protocol.watchdog import Watchdog
+from sparktf.errors import (
+    ClusterFormationError,
+    ExecutorEnvironmentError,
+    ExecutorLostError,
+    InvalidInputError,
+    JobTimeoutError,
+    SparkTFError,
+    TaskFailedError,
+    TaskStalledError,
+)
 
 logger = logging.getLogger("sparktf")
 worker_logger = logging.getLogger("sparktf.worker")
@@ -193,7 +200,7 @@ def launch(spark, stage: LaunchSpec, df=None,
 
 
 def spare_idle_s(conf: dict[str, str], chosen: str | None = None) -> float:
-    """How long a task's spare process (TensorFlow imported, see ``runtime.spare``) waits
+    """How long a task's spare process (TensorFlow imported, see ``sparktf._executor.spare``) waits
     for the next task: ``spark.sparktf.spareIdleTimeout`` seconds (``chosen``, else from
     ``conf``; default 60; 0 turns spares off). Off when Spark does not reuse its Python
     workers."""

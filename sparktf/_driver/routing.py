@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from sparktf._driver import sessions
-from sparktf.errors import ClusterFormationError
 from sparktf._executor import cluster
+from sparktf.errors import ClusterFormationError
 
 ROUTE_COLUMN = "_sparktf_route"
 

@@ -36,8 +36,8 @@ from sparktf._protocol.wire import DONE_LINE, phase
 
 def _preimport() -> None:
     try:  # overlaps TF's import with the data transfer, or serves every fork of a spare
-        import tensorflow  # noqa: F401
         import keras  # noqa: F401
+        import tensorflow  # noqa: F401
     except ImportError:
         pass  # main_fn may not need TensorFlow; its own import error will say so
 

@@ -28,12 +28,12 @@ from typing import Iterator
 import cloudpickle
 import pyarrow as pa
 
-from sparktf._protocol import watchdog
-from sparktf.errors import TaskFailedError
 from sparktf._executor import cluster, feed, gpu, row_checks, spare
 from sparktf._executor.context import TaskContext
+from sparktf._protocol import watchdog
 from sparktf._protocol.client import EventClient
 from sparktf._protocol.wire import CHANNEL_ENV, DONE_LINE, EVENT_MARKER
+from sparktf.errors import TaskFailedError
 
 RESULT_SCHEMA = pa.schema([("rank", pa.int32()), ("result", pa.binary())])
 LOG_TAIL_LINES = 40

@@ -19,7 +19,6 @@ import threading
 import time
 from typing import Callable
 
-
 # Phases of one epoch, in the order a worker passes through them; then the export.
 PHASES = ("training", "all-reduce", "validation", "callbacks", "checkpoint", "exporting")
 FINISHED = "finished"  # a rank done with its work: no longer watched

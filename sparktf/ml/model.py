@@ -6,15 +6,15 @@ from typing import Iterator, Tuple
 
 from pyspark import keyword_only
 from pyspark.ml import Model
-from pyspark.ml.util import MLReadable, MLWritable
 from pyspark.ml.functions import array_to_vector
+from pyspark.ml.util import MLReadable, MLWritable
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
 from sparktf._driver import checks, schema, sessions
+from sparktf._executor import inference, storage
 from sparktf.errors import InvalidInputError
 from sparktf.ml.params import _TFModelParams, add_setters, without_none
-from sparktf._executor import inference, storage
 from sparktf.ml.persistence import TFModelReader, TFModelWriter
 
 MLFLOW_SCHEMES = ("runs:/", "models:/")  # modelPath naming a model sparktf logged to MLflow

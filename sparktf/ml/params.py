@@ -11,13 +11,20 @@ import zlib
 from typing import Any, Callable
 
 from pyspark.ml.param import Param, Params, TypeConverters
-from pyspark.ml.param.shared import (HasFeaturesCol, HasInputCols, HasLabelCol,
-                                     HasPredictionCol, HasProbabilityCol, HasRawPredictionCol,
-                                     HasSeed, HasWeightCol)
+from pyspark.ml.param.shared import (
+    HasFeaturesCol,
+    HasInputCols,
+    HasLabelCol,
+    HasPredictionCol,
+    HasProbabilityCol,
+    HasRawPredictionCol,
+    HasSeed,
+    HasWeightCol,
+)
 
-from sparktf.errors import InvalidInputError
 from sparktf._driver.resources import task_cpus, task_gpus
 from sparktf._executor.gpu import use_gpu_value
+from sparktf.errors import InvalidInputError
 
 INPUT_MODES = ("stream", "parquet")
 PREDICTION_KINDS = ("auto", "regression", "binary", "multiclass")

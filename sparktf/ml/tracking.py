@@ -21,8 +21,8 @@ import tempfile
 
 import mlflow
 
-from sparktf.errors import InvalidInputError
 from sparktf._executor import inference, storage
+from sparktf.errors import InvalidInputError
 
 logger = logging.getLogger("sparktf")
 

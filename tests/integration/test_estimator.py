@@ -6,13 +6,13 @@ import os
 import re
 import time
 
+import keras
 import numpy as np
 import pytest
 from pyspark.ml.evaluation import MulticlassClassificationEvaluator
 from pyspark.ml.feature import OneHotEncoder, VectorAssembler
 from pyspark.ml.functions import array_to_vector
 
-import keras
 from sparktf.ml import TFEstimator, TFModel
 from tests import conftest
 from tests.integration import data, models

@@ -20,7 +20,7 @@ def _run(tmp_path, amount, inherited=None, script=SCRIPT):
     args = [sys.executable, script, str(tmp_path)] + ([amount] if amount else []) + \
         ([inherited] if inherited else [])
     out = subprocess.run(args, capture_output=True, text=True, env=env, timeout=500)
-    line = next((l for l in out.stdout.splitlines() if l.startswith("RESULT ")), None)
+    line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
     assert line, f"no result; stderr tail:\n{out.stderr[-3000:]}"
     return json.loads(line[len("RESULT "):])
 

@@ -8,8 +8,12 @@ import pytest
 from pyspark.ml import Pipeline, PipelineModel
 from pyspark.ml.evaluation import MulticlassClassificationEvaluator
 from pyspark.ml.feature import StandardScaler, VectorAssembler
-from pyspark.ml.tuning import (CrossValidator, CrossValidatorModel, ParamGridBuilder,
-                               TrainValidationSplit)
+from pyspark.ml.tuning import (
+    CrossValidator,
+    CrossValidatorModel,
+    ParamGridBuilder,
+    TrainValidationSplit,
+)
 
 import sparktf
 from sparktf.ml import TFEstimator, TFModel
@@ -111,7 +115,7 @@ def test_train_validation_split_over_hyper_params(spark, digits):
 
 def test_a_model_saved_in_another_format_is_refused_clearly(spark, tmp_path):
     path = str(tmp_path / "m")
-    TFModel(modelPath=str(tmp_path)).write  # constructible; now fake an old save
+    assert TFModel(modelPath=str(tmp_path)).write()  # writable; now fake an old save
     os.makedirs(os.path.join(path, "metadata"))
     meta = {"class": "sparktf.ml.model.TFModel", "timestamp": 0, "sparkVersion": spark.version,
             "uid": "TFModel_x", "paramMap": {}, "defaultParamMap": {}, "sparktfFormat": 99,

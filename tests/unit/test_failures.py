@@ -3,8 +3,15 @@
 import pytest
 
 from sparktf._driver import failures
-from sparktf.errors import (ClusterCapacityError, ExecutorLostError, InvalidInputError,
-                            JobTimeoutError, SparkTFError, TaskFailedError, TaskStalledError)
+from sparktf.errors import (
+    ClusterCapacityError,
+    ExecutorLostError,
+    InvalidInputError,
+    JobTimeoutError,
+    SparkTFError,
+    TaskFailedError,
+    TaskStalledError,
+)
 
 KILLED = "the task's process exited with code -9 before reporting a result (killed?)"
 

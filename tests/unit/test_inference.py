@@ -63,7 +63,8 @@ def test_a_flat_column_is_reshaped_to_the_signature_input():
 
 
 def test_rows_are_rechunked_into_full_batches_in_order():
-    arrays = [(pa.array(range(start, start + n)),) for start, n in ((0, 5), (5, 0), (5, 7), (12, 3))]
+    arrays = [(pa.array(range(start, start + n)),)
+              for start, n in ((0, 5), (5, 0), (5, 7), (12, 3))]
     chunks = list(inference._rechunk(iter(arrays), ["x"], 4))
     assert [c.num_rows for c in chunks] == [4, 4, 4, 3]
     assert [v for c in chunks for v in c.column("x").to_pylist()] == list(range(15))

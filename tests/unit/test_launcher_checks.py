@@ -7,9 +7,9 @@ import pytest
 
 import sparktf
 from sparktf._driver import checks, launch, pickling
-from sparktf._protocol.server import EventServer
 from sparktf._driver.resources import TaskResources
 from sparktf._protocol.client import EventClient
+from sparktf._protocol.server import EventServer
 from sparktf._protocol.wire import encode
 
 

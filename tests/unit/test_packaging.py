@@ -1,6 +1,9 @@
-"""The declared dependency ranges, the exact tested set and the lowest tested set agree."""
+"""The declared dependency ranges, the exact tested set and the lowest tested set agree;
+the package's modules import one another at the top only."""
 
+import ast
 import os
+import pathlib
 import re
 import tomllib
 
@@ -43,3 +46,31 @@ def test_the_exact_tested_set_lies_inside_the_declared_ranges():
     for req in _declared():
         assert req.name in exact, f"constraints.txt does not pin {req.name}"
         assert exact[req.name] in req.specifier, f"{req.name}=={exact[req.name]} not in {req}"
+
+
+# sparktf modules a function may import lazily, and why: none of them may hide a cycle.
+LAZY_IMPORTS = {
+    ("sparktf/ml/estimator.py", "sparktf.ml.tracking"): "imports MLflow, which is optional",
+    ("sparktf/ml/model.py", "sparktf.ml.tracking"): "imports MLflow, which is optional",
+}
+
+
+def test_no_sparktf_module_is_imported_inside_a_function_to_hide_a_cycle():
+    root = pathlib.Path(ROOT)
+    found = set()
+    for path in sorted((root / "sparktf").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for func in ast.walk(tree):
+            if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(func):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sparktf"):
+                    names = [f"{node.module}.{a.name}" if node.module == "sparktf.ml" else
+                             node.module for a in node.names]
+                elif isinstance(node, ast.Import):
+                    names = [a.name for a in node.names if a.name.startswith("sparktf")]
+                else:
+                    continue
+                found.update((str(path.relative_to(root)), n) for n in names)
+    print("\nfunction-level imports of sparktf modules:", sorted(found))
+    assert found <= set(LAZY_IMPORTS), sorted(found - set(LAZY_IMPORTS))

@@ -14,10 +14,10 @@ import textwrap
 import cloudpickle
 import pytest
 
-from sparktf.errors import InvalidInputError
 from sparktf._driver.launch import spare_idle_s
 from sparktf._executor import spare
 from sparktf._protocol.wire import DONE_LINE
+from sparktf.errors import InvalidInputError
 from tests.conftest import spare_pids, wait_gone
 
 pytestmark = pytest.mark.timeout(300)

@@ -5,8 +5,8 @@ import threading
 
 from sparktf._driver import pickling
 from sparktf._executor.context import TaskContext
-from sparktf._protocol.client import EventClient
 from sparktf._executor.task import TaskSpec, _Child
+from sparktf._protocol.client import EventClient
 
 
 def beats_then_blocks(args, ctx):

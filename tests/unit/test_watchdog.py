@@ -3,8 +3,8 @@
 import json
 import threading
 
-from sparktf._protocol import watchdog
 from sparktf._executor.training import checkpoint
+from sparktf._protocol import watchdog
 
 
 def test_the_silent_rank_is_reported_with_everyone_last_position():
@@ -65,7 +65,8 @@ def test_a_checkpoint_counts_only_once_the_pointer_names_it(tmp_path):
     complete, half = root / "epoch-00002", root / "epoch-00003"
     complete.mkdir(parents=True)
     half.mkdir()
-    (complete / checkpoint.STATE).write_text(json.dumps({"epoch": 2, "history": {"loss": [1, 0.5]}}))
+    state = {"epoch": 2, "history": {"loss": [1, 0.5]}}
+    (complete / checkpoint.STATE).write_text(json.dumps(state))
     assert checkpoint.latest(str(tmp_path)) is None  # nothing committed yet
     checkpoint._commit(str(tmp_path), "epoch-00002")
     found = checkpoint.latest(str(tmp_path))

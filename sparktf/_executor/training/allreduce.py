@@ -65,7 +65,7 @@ class _EpochLoop(loop.EpochRunner):
                 keras_steps.check_input_widths(list(loop.features(data)), self.specs,
                                                self.spec.feature_columns)
             self.beat("training", epoch + 1, step, force=step == 0,
-                      progress=lambda: self._progress(step, logs))
+                      progress=lambda step=step, logs=logs: self._progress(step, logs))
             if hooks:
                 self.callbacks.on_train_batch_begin(step)
             logs = self.steps_fn.train(data, self.factors[step],

@@ -13,9 +13,9 @@ import numpy as np
 
 from sparktf._executor import feed, inference, storage
 from sparktf._executor.training import checkpoint, keras_steps, summaries
-from sparktf._executor.training.spec import (EXPORT_DIR, KERAS_FILE, SAVED_MODEL, StepPlan,
-                                             TrainSpec)
+from sparktf._executor.training.spec import EXPORT_DIR, KERAS_FILE, SAVED_MODEL, StepPlan, TrainSpec
 from sparktf._protocol import heartbeats
+
 
 def resume(model, spec: TrainSpec) -> tuple[int, dict]:
     """(first epoch, history so far): from the last checkpoint of this fit, if any."""

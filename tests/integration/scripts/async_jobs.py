@@ -58,7 +58,7 @@ def ps_regression(spark, workdir, lines):
     emit("ps_regression", {"weights": weights(model), "history": model.getHistory(),
                            "max_abs_error": max(errors),
                            "children_left": conftest.wait_gone(conftest.child_pids(), 30),
-                           "serving": [l for l in lines if "serving for the chief" in l],
+                           "serving": [line for line in lines if "serving for the chief" in line],
                            "scalars": scalar_steps(model)})
 
 
@@ -87,7 +87,7 @@ def evaluator(spark, workdir, lines, num_ps):
     model = est.fit(linear_frame(spark, 1200))
     emit(f"evaluator_ps{num_ps}", {
         "history": model.getHistory(),
-        "evaluator_lines": [l for l in lines if "evaluator: epoch" in l]})
+        "evaluator_lines": [line for line in lines if "evaluator: epoch" in line]})
 
 
 def ps_parquet(spark, workdir, lines):
@@ -151,8 +151,8 @@ def run_ps(spark, workdir, lines):
 
 
 SCENARIOS = {"ps_regression": ps_regression, "run_ps": run_ps, "ps_parquet": ps_parquet,
-             "evaluator_ps0": lambda s, w, l: evaluator(s, w, l, 0),
-             "evaluator_ps1": lambda s, w, l: evaluator(s, w, l, 1),
+             "evaluator_ps0": lambda spark, workdir, lines: evaluator(spark, workdir, lines, 0),
+             "evaluator_ps1": lambda spark, workdir, lines: evaluator(spark, workdir, lines, 1),
              "task_cpus": task_cpus}
 
 
