@@ -37,7 +37,7 @@ demo: java-check $(STAMP)
 	$(BIN)/python -m examples.demo
 
 test: java-check $(STAMP) $(LOWEST_STAMP) lint
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest --durations=30 tests
 	$(MAKE) --no-print-directory test-lowest
 
 # ruff's rule set and the import contracts of ARCHITECTURE.md (both in pyproject.toml).

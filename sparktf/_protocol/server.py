@@ -89,13 +89,14 @@ _REQUESTS = {
 class _Server(socketserver.ThreadingTCPServer):
     daemon_threads = True
     allow_reuse_address = True
-    block_on_close = True  # server_close() joins the handler threads
+    block_on_close = True  # (joins non-daemon threads only: ours are joined by join_handlers)
 
     def __init__(self, host: str, on_event: EventHandler, num_tasks: int):
         self.secret = secrets.token_hex(16)
         self.on_event = on_event
         self.num_tasks = num_tasks
         self._open: set[socket.socket] = set()
+        self._handlers: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._done: set[int] = set()
         self._done_cond = threading.Condition()
@@ -196,6 +197,26 @@ class _Server(socketserver.ThreadingTCPServer):
             self._closing = True
             self._done_cond.notify_all()
 
+    def process_request(self, request, client_address) -> None:
+        """Each connection in its own thread, kept so that shutdown can join it (the
+        mixin keeps only non-daemon threads, and ours are daemons: a driver that exits
+        does not wait for a task)."""
+        thread = threading.Thread(target=self.process_request_thread,
+                                  args=(request, client_address), daemon=True,
+                                  name="sparktf-events-connection")
+        with self._lock:
+            self._handlers = [t for t in self._handlers if t.is_alive()] + [thread]
+        thread.start()
+
+    def join_handlers(self, timeout_s: float) -> None:
+        """Joins the connections' threads (bounded): call after ``hang_up``, which ends
+        their reads, and ``close_barrier``, which ends their waits."""
+        with self._lock:
+            handlers, self._handlers = self._handlers, []
+        deadline = time.monotonic() + timeout_s
+        for thread in handlers:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
     def track(self, sock: socket.socket, is_open: bool) -> None:
         with self._lock:
             (self._open.add if is_open else self._open.discard)(sock)
@@ -273,4 +294,5 @@ class EventServer:
         for waiter in self._waiters:
             waiter.join(timeout=10)
         self._server.hang_up()
+        self._server.join_handlers(10)
         self._server.server_close()
