@@ -72,6 +72,16 @@ def tfos_map_fun(args, ctx):
         np.asarray([row[0] for row in batch], dtype=np.float32)
 
 
+def warm_up(spark, rows: int = 100_000) -> None:
+    """One small job of each path first: the Python workers (and sparktf's spares) start
+    outside the measured runs."""
+    df = common.higgs_like(spark, rows).cache()
+    df.count()
+    run_ceiling(df, rows)
+    run_sparktf(spark, df, rows)
+    df.unpersist()
+
+
 def run_ceiling(df, rows):
     out, seconds = common.timed(lambda: df.mapInArrow(ceiling_task, "n long",
                                                       barrier=True).collect())
@@ -167,11 +177,7 @@ def main() -> int:
     spark = common.session()
     small, large = sorted(args.rows)
     try:
-        warm = common.higgs_like(spark, 100_000).cache()
-        warm.count()
-        run_ceiling(warm, 100_000)  # start the Python workers for both paths
-        run_sparktf(spark, warm, 100_000)
-        warm.unpersist()
+        warm_up(spark)
         rates = {}
         for rows in (small, large):
             df = common.higgs_like(spark, rows).cache()

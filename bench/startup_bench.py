@@ -291,11 +291,7 @@ def print_feed(spark, sizes) -> None:
         pickler.register_pickle_by_value(feed_bench)
     print("\nfeed end to end, 2 workers, 28-float rows (rows/s)")
     print(f"  {'rows':>10}{'ceiling':>12}{'sparktf':>12}{'ratio':>8}")
-    warm = common.higgs_like(spark, 100_000).cache()
-    warm.count()
-    feed_bench.run_ceiling(warm, 100_000)  # Python workers (and spares) up for both paths
-    feed_bench.run_sparktf(spark, warm, 100_000)
-    warm.unpersist()
+    feed_bench.warm_up(spark)
     phases_of = {}
     for rows in sorted(sizes):
         big = common.higgs_like(spark, rows).cache()

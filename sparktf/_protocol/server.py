@@ -43,16 +43,15 @@ class _Handler(socketserver.StreamRequestHandler):
 
     def handle(self) -> None:
         server: _Server = self.server  # type: ignore[assignment]
-        hello = self.rfile.readline()
         try:
-            presented = decode(hello).get("secret", "")
+            hello = decode(self.rfile.readline())
         except ValueError:
             return
-        if not hmac.compare_digest(str(presented), server.secret):
+        if not hmac.compare_digest(str(hello.get("secret", "")), server.secret):
             logger.warning("sparktf: refused an event connection from %s without the job's "
                            "secret", self.client_address[0])
             return
-        server.note_connected(decode(hello).get("rank"))
+        server.note_connected(hello.get("rank"))
         for line in self.rfile:
             try:
                 event = decode(line)
@@ -87,9 +86,8 @@ _REQUESTS = {
 
 
 class _Server(socketserver.ThreadingTCPServer):
-    daemon_threads = True
+    daemon_threads = True  # joined by join_handlers, not by server_close
     allow_reuse_address = True
-    block_on_close = True  # (joins non-daemon threads only: ours are joined by join_handlers)
 
     def __init__(self, host: str, on_event: EventHandler, num_tasks: int):
         self.secret = secrets.token_hex(16)
