@@ -1,4 +1,5 @@
-"""What a failed training attempt means, and whether to relaunch it.
+"""What a failed training attempt means: the error the user sees (``translate``), and
+whether to relaunch it.
 
 A barrier stage that fails is not retried by Spark, so ``TFEstimator.fit``
 asks a ``FailurePolicy`` after each failed attempt. Failures of the
@@ -10,6 +11,7 @@ exception raised by the user's own code or bad input would only fail again.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 
 from sparktf.errors import (
@@ -18,9 +20,12 @@ from sparktf.errors import (
     ExecutorLostError,
     InvalidInputError,
     JobTimeoutError,
+    SparkTFError,
     TaskFailedError,
     TaskStalledError,
 )
+
+logger = logging.getLogger("sparktf")
 
 # Evidence that the platform failed, in a task's error message: our own report of a
 # process that died without a result, our own port conflict while forming the cluster,
@@ -101,3 +106,37 @@ class FailurePolicy:
         if retries_done >= self.max_retries:
             return Decision(False, f"maxRetries={self.max_retries} relaunches used")
         return Decision(True, f"relaunch {retries_done + 1} of {self.max_retries}")
+
+
+def translate(exc: Exception, errors: dict[int, dict], what: str) -> SparkTFError:
+    """The most useful sparktf error for a failed barrier stage."""
+    invalid = [info for _, info in sorted(errors.items()) if info.get("invalid_input")]
+    if invalid:  # the data is at fault, and every task said so
+        return InvalidInputError(invalid[0].get("message", ""))
+    if errors:
+        first = primary_failure(errors)  # the root cause; the others are logged
+        info = errors[first]
+        for rank, other in sorted(errors.items()):
+            if rank != first:
+                logger.error("sparktf: rank %d (%s) also failed: %s", rank, other.get("role"),
+                             other.get("message"))
+        return TaskFailedError(first, info.get("role", "?"), info.get("message", ""),
+                               info.get("traceback", ""), info.get("log_tail", ""))
+    text = str(exc)
+    if re.search(r"No module named '(sparktf|tensorflow|pyarrow|pandas|cloudpickle)'", text):
+        return ExecutorEnvironmentError(
+            "The executors' Python cannot import sparktf/TensorFlow. Set PYSPARK_PYTHON (or "
+            "spark.pyspark.python) to an interpreter that has sparktf installed on every "
+            f"executor. Spark said: {first_line(text)}")
+    if is_executor_lost(text):
+        return ExecutorLostError(f"{what}'s barrier stage failed: an executor running one of "
+                                 f"its tasks was lost. Spark said: {first_line(text)}")
+    return SparkTFError(f"{what}'s barrier stage failed before any task reported an error. "
+                        f"Spark said: {first_line(text)}")
+
+
+def first_line(text: str) -> str:
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()[:500]
+    return text[:500]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import re
 import threading
 import time
 import uuid
@@ -29,8 +28,6 @@ from sparktf._protocol.server import EventServer
 from sparktf._protocol.watchdog import Watchdog
 from sparktf.errors import (
     ClusterFormationError,
-    ExecutorEnvironmentError,
-    ExecutorLostError,
     InvalidInputError,
     JobTimeoutError,
     SparkTFError,
@@ -255,7 +252,7 @@ def _run_stage(session: sessions.Session, stage: LaunchSpec, df, collector: "_Ev
                 if routing.is_barrier_chain_error(e) and not collector.errors:
                     if frame is not df:  # already behind a shuffle: not a chain sparktf made
                         raise SparkTFError(f"Spark refused {stage.what}'s barrier stage: "
-                                           f"{_first_line(str(e))}") from e
+                                           f"{failures.first_line(str(e))}") from e
                     logger.info("sparktf: Spark cannot run a barrier stage directly on this "
                                 "DataFrame's plan (a union, coalesce or similar); %s "
                                 "repartitions it into %d partitions first", stage.what,
@@ -263,7 +260,7 @@ def _run_stage(session: sessions.Session, stage: LaunchSpec, df, collector: "_Ev
                     frame = routing.shuffled(df, stage.num_tasks)
                     attempt -= 1
                     continue
-                failure = _translate(e, collector.errors, stage.what)
+                failure = failures.translate(e, collector.errors, stage.what)
                 if not _is_port_conflict(failure):
                     raise failure from e
                 if attempt == PORT_CONFLICT_RETRIES:
@@ -406,40 +403,6 @@ class _EventCollector:
                 self.errors.setdefault(int(rank), event)
         elif self._on_event is not None:
             self._on_event(event)
-
-
-def _translate(exc: Exception, errors: dict[int, dict], what: str) -> SparkTFError:
-    """The most useful sparktf error for a failed barrier stage."""
-    invalid = [info for _, info in sorted(errors.items()) if info.get("invalid_input")]
-    if invalid:  # the data is at fault, and every task said so
-        return InvalidInputError(invalid[0].get("message", ""))
-    if errors:
-        first = failures.primary_failure(errors)  # the root cause; the others are logged
-        info = errors[first]
-        for rank, other in sorted(errors.items()):
-            if rank != first:
-                logger.error("sparktf: rank %d (%s) also failed: %s", rank, other.get("role"),
-                             other.get("message"))
-        return TaskFailedError(first, info.get("role", "?"), info.get("message", ""),
-                               info.get("traceback", ""), info.get("log_tail", ""))
-    text = str(exc)
-    if re.search(r"No module named '(sparktf|tensorflow|pyarrow|pandas|cloudpickle)'", text):
-        return ExecutorEnvironmentError(
-            "The executors' Python cannot import sparktf/TensorFlow. Set PYSPARK_PYTHON (or "
-            "spark.pyspark.python) to an interpreter that has sparktf installed on every "
-            f"executor. Spark said: {_first_line(text)}")
-    if failures.is_executor_lost(text):
-        return ExecutorLostError(f"{what}'s barrier stage failed: an executor running one of "
-                                 f"its tasks was lost. Spark said: {_first_line(text)}")
-    return SparkTFError(f"{what}'s barrier stage failed before any task reported an error. "
-                        f"Spark said: {_first_line(text)}")
-
-
-def _first_line(text: str) -> str:
-    for line in text.splitlines():
-        if line.strip():
-            return line.strip()[:500]
-    return text[:500]
 
 
 def _ensure_log_handler() -> None:

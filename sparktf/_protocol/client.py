@@ -8,6 +8,7 @@ import json
 import os
 import socket
 import sys
+import time
 from typing import Any
 
 from sparktf._protocol.wire import ACK, CHANNEL_ENV, decode, encode
@@ -51,6 +52,10 @@ class EventClient:
         except OSError:
             self.close()
             return False
+
+    def phase(self, name: str) -> None:
+        """A start-up or shutdown phase of the task, timestamped (``sparktf.phases``)."""
+        self.send({"kind": "phase", "name": name, "t": time.time()})
 
     def request(self, event: dict[str, Any]) -> dict[str, Any] | None:
         """Sends one event and blocks until the driver's reply; None if the channel is gone."""

@@ -39,7 +39,7 @@ def test_parameter_servers_see_no_gpu_even_when_spark_assigned_one():
 
 
 def test_parameter_server_clusters_get_an_inter_op_thread_per_worker_and_one_more():
-    from sparktf._executor.task import interop_threads
+    from sparktf._executor.task_process import interop_threads
     assert interop_threads(None, 2, 0) == 2
     assert interop_threads("1", 2, 0) == 1  # the executor's own choice, all-reduce
     assert interop_threads("1", 2, 1) == 3  # one thread stalls PS training at step 0

@@ -5,7 +5,8 @@ import threading
 
 from sparktf._driver import pickling
 from sparktf._executor.context import TaskContext
-from sparktf._executor.task import TaskSpec, _Child
+from sparktf._executor.task import TaskSpec
+from sparktf._executor.task_process import TaskProcess
 from sparktf._protocol.client import EventClient
 
 
@@ -29,7 +30,7 @@ def _run(tmp_path, main_fn, args=None, stall_timeout=1.5):
                       clusterSpec={"worker": ["localhost:1"]}, numWorkers=1)
     with EventClient(None, "", 0) as events:  # the driver is out of reach
         assert not events.connected
-        with _Child(spec, 0, "", 1, str(tmp_path), events) as child:
+        with TaskProcess(spec, 0, "", 1, str(tmp_path), events) as child:
             return child.run(ctx, release=lambda: None)
 
 
@@ -69,7 +70,7 @@ def test_a_child_is_stopped_when_the_driver_ends_the_job_without_this_task(tmp_p
     outcome = []
     with EventClient(server.address, server.secret, 0) as events:
         assert events.connected
-        with _Child(spec, 0, "", 1, str(tmp_path), events) as child:
+        with TaskProcess(spec, 0, "", 1, str(tmp_path), events) as child:
             runner = threading.Thread(target=lambda: outcome.append(
                 child.run(ctx, release=lambda: None)))
             runner.start()

@@ -1,0 +1,247 @@
+"""The process that runs one task's ``main_fn``: its environment, its start (forked from the
+Python worker's spare, or started with its own TensorFlow import), its payload, the relay
+of its output to the driver, the watchdogs around it, and what it reported.
+
+``spec`` below is the task's ``sparktf._executor.task.TaskSpec``.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import os
+import re
+import select
+import sys
+import threading
+
+import cloudpickle
+
+from sparktf._executor import spare
+from sparktf._executor.context import TaskContext
+from sparktf._protocol import watchdog
+from sparktf._protocol.wire import CHANNEL_ENV, DONE_LINE, EVENT_MARKER
+
+LOG_TAIL_LINES = 40
+# TensorFlow's gRPC channels wait about 1 s before retrying a peer whose server is not up
+# yet (TF caps the backoff at 1 s), which a cluster's first connections nearly always
+# meet: every task starts its server at about the same time. A short first backoff
+# forms the cluster in ~0.15 s instead of ~1 s; the cap stays TF's own.
+GRPC_OPTIONS = ("grpc.initial_reconnect_backoff_ms=50,grpc.min_reconnect_backoff_ms=50,"
+                "grpc.max_reconnect_backoff_ms=1000")
+# TensorFlow's start-up notices on a CPU-only task: kept in the executor log, not sent to
+# the driver, where they would bury the user's own lines.
+_TF_NOISE = re.compile(r"oneDNN custom operations|cudart_stub|cuda_platform\.cc|cuInit|"
+                       r"absl::InitializeLog|computation_placer|Could not find cuda drivers|"
+                       r"TF-TRT Warning|cuda_(?:dnn|fft|blas)\.cc|rebuild TensorFlow with|"
+                       r"cpu_feature_guard|AVX512_VNNI|in other operations, rebuild")
+
+
+def interop_threads(chosen: str | None, num_workers: int, num_ps: int) -> int:
+    """TensorFlow's inter-op pool size for a task: 2 unless chosen, at least
+    ``num_workers + 1`` with parameter servers.
+
+    TensorFlow's own parameter-server guide gives its workers that many; with one
+    inter-op thread, parameter-server training stalled at its first step every time
+    we tried.
+    """
+    threads = int(chosen) if chosen and chosen.strip().isdigit() and int(chosen) > 0 else 2
+    return max(threads, num_workers + 1) if num_ps else threads
+
+
+def child_env(spec, devices: str, cpus: int) -> dict[str, str]:
+    """The environment of the task's process (the same for every task of a Python worker
+    with the same devices and CPUs: a spare serves the tasks whose environment it has)."""
+    env = dict(os.environ)
+    env.update({"CUDA_VISIBLE_DEVICES": devices, "TF_FORCE_GPU_ALLOW_GROWTH": "true",
+                "PYTHONUNBUFFERED": "1"})
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    env.setdefault("TF_GRPC_DEFAULT_OPTIONS", GRPC_OPTIONS)
+    # TensorFlow sizes its thread pools to the machine; tasks sharing a host would
+    # oversubscribe it. Use the CPUs Spark gave this task unless the user chose.
+    for name in ("TF_NUM_INTRAOP_THREADS", "OMP_NUM_THREADS"):
+        env.setdefault(name, str(max(1, cpus)))
+    env["TF_NUM_INTEROP_THREADS"] = str(interop_threads(env.get("TF_NUM_INTEROP_THREADS"),
+                                                        spec.num_workers, spec.num_ps))
+    return env
+
+
+class TaskProcess:
+    """The process that runs ``main_fn``: asked of the spare (or started) early, given its
+    payload, released late."""
+
+    def __init__(self, spec, rank: int, devices: str, cpus: int, workdir: str,
+                 events):
+        self.spec, self.rank, self.workdir, self.events = spec, rank, workdir, events
+        self.result_path = os.path.join(workdir, "result.pkl")
+        self.tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
+        self.dog = self.stalled = None  # the task's own watchdog (``_own_watchdog``)
+        self.abandoned = False  # the driver ended the job while our process ran
+        self.env = child_env(spec, devices, cpus)
+        self.proc = None
+        self.request = None
+        if spec.spare_idle_s > 0:
+            self.request = spare.request(self.env, spec.spare_idle_s)
+        else:
+            self._spawn()
+
+    def _spawn(self) -> None:
+        self.events.phase("child started")
+        self.proc = spare.spawn(self.env, self.workdir)
+
+    def __enter__(self) -> "TaskProcess":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.proc is None and self.request is not None:
+            self.proc = self.request.process()  # not handed a payload: it exits at once
+        if self.proc is not None:
+            spare.stop_process(self.proc)
+
+    def run(self, ctx: TaskContext, release):
+        """Hands over the payload, relays output until exit; (status, value, tail, peak KiB).
+
+        ``release()`` returns once every task's child has finished; then ours may exit.
+        """
+        if self.request is not None:
+            self.proc = self.request.process()
+            if self.proc is None:
+                self._spawn()  # the spare has gone: a process of our own
+        payload_path = os.path.join(self.workdir, "payload.pkl")
+        with open(payload_path, "wb") as f:
+            env = {"TF_CONFIG": json.dumps(ctx.tfConfig, sort_keys=True)}
+            if self.spec.event_address is not None:
+                env[CHANNEL_ENV] = json.dumps([*self.spec.event_address,
+                                               self.spec.event_secret])
+            cloudpickle.dump((self.spec.payload, ctx, env), f)
+        order = {"payload": payload_path, "result": self.result_path, "cwd": self.workdir}
+        try:
+            self.proc.stdin.write(json.dumps(order) + "\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            pass  # the child died early; its output and exit code tell why
+        forward = ctx.isChief
+        waiting: threading.Thread | None = None
+        failed: list[BaseException] = []
+        with self._own_watchdog(), self._stop_when_abandoned():
+            for line in self.proc.stdout:
+                waiting = self._line(line, release, waiting, failed, forward)
+        code = self.proc.wait()
+        if waiting is not None:
+            waiting.join()
+        if failed:
+            raise failed[0]
+        return self._outcome(code)
+
+    @contextlib.contextmanager
+    def _own_watchdog(self):
+        """When this task cannot reach the driver (whose watchdog then never hears of it),
+        it watches its own child's heartbeats and stops a child that makes no progress for
+        ``stall_timeout``: a stall still ends the job."""
+        if self.events.connected or not self.spec.stall_timeout:
+            yield
+            return
+
+        def on_stall(rank: int, last: dict) -> None:
+            self.stalled = last[rank]
+            self.proc.kill()
+
+        with watchdog.Watchdog(self.spec.stall_timeout, on_stall) as self.dog:
+            yield
+
+    @contextlib.contextmanager
+    def _stop_when_abandoned(self):
+        """Stops our process when the driver hangs up the event channel while it runs.
+
+        The driver hangs up when its job has ended: after every task has finished, or
+        when the stage failed or was cancelled. In the second case Spark may leave this
+        Python worker running (it destroys a killed task's worker only if the task has
+        not completed by then), and our process would wait forever for peers that are
+        gone (a collective with a dead worker). A blocking poll, woken at the end."""
+        channel = self.events.fileno()
+        if channel is None:
+            yield
+            return
+        wake_r, wake_w = os.pipe()
+
+        def watch():
+            poller = select.poll()
+            poller.register(channel, select.POLLRDHUP)  # HUP and ERR are always reported
+            poller.register(wake_r, select.POLLIN)
+            ready = dict(poller.poll())
+            if wake_r not in ready and channel in ready:
+                self.abandoned = True
+                self.proc.kill()
+
+        watcher = threading.Thread(target=watch, name=f"sparktf-abandoned-{self.rank}",
+                                   daemon=True)
+        watcher.start()
+        try:
+            yield
+        finally:
+            os.write(wake_w, b"x")
+            watcher.join()
+            os.close(wake_r)
+            os.close(wake_w)
+
+    def _line(self, line: str, release, waiting, failed: list, forward: bool):
+        """Handles one line of the child's output; returns the release thread, if any."""
+        line = line.rstrip("\n")
+        if line == DONE_LINE and waiting is None:
+            # Wait for the others in a thread and keep draining the child's output
+            # meanwhile: a parameter server or worker serves (and may log) until the
+            # chief is done, and a full pipe would block it mid-step.
+            waiting = threading.Thread(target=self._release, args=(release, failed),
+                                       name=f"sparktf-release-{self.rank}", daemon=True)
+            waiting.start()
+        else:
+            # once waiting, the channel is busy with the exit barrier: log locally only
+            self._relay(line, forward, to_driver=waiting is None)
+        return waiting
+
+    def _release(self, release, failed: list) -> None:
+        try:
+            release()  # every child has finished: release them together
+        except BaseException as e:  # re-raised by run() once the child has exited
+            failed.append(e)
+        finally:
+            self.proc.stdin.close()
+
+    def _relay(self, line: str, forward: bool, to_driver: bool) -> None:
+        if line.startswith(EVENT_MARKER):
+            event = json.loads(line[len(EVENT_MARKER):])
+            if event.get("rank") is None:
+                event["rank"] = self.rank
+            if self.dog is not None and event.get("kind") == "heartbeat":
+                self.dog.beat(self.rank, event)
+            if to_driver:
+                self.events.send(event)
+        else:
+            print(f"[sparktf rank {self.rank}] {line}", file=sys.stderr)
+            if _TF_NOISE.search(line):
+                return
+            self.tail.append(line)
+            if forward and to_driver:
+                self.events.send({"kind": "log", "line": line})
+
+    def _outcome(self, code: int):
+        log_tail = "\n".join(self.tail)
+        if self.stalled is not None:
+            return "error", {"message": (
+                f"TaskStalledError: no progress for {self.spec.stall_timeout:g} s "
+                f"(stallTimeout); last seen {watchdog.describe(self.stalled)}. Watched by the "
+                "task itself: the driver's event channel was out of its reach.")}, log_tail, 0
+        if self.abandoned:
+            return "error", {"message": "the driver ended the job while this task's process "
+                                        "ran (another task failed, or the stage was "
+                                        "cancelled); the process was stopped"}, log_tail, 0
+        if not os.path.exists(self.result_path):
+            how = f" with code {code}" if code is not None and code >= 0 else ""
+            return "error", {"message": f"the task's process exited{how} before reporting a "
+                                        "result (killed, or out of memory?)"}, log_tail, 0
+        with open(self.result_path, "rb") as f:
+            status, value, peak_kb = cloudpickle.load(f)
+        if status == "ok":
+            return status, cloudpickle.dumps(value), log_tail, peak_kb
+        return status, value, log_tail, peak_kb
