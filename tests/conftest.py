@@ -3,6 +3,10 @@
 import os
 import select
 
+# Every JVM the tests start reads tests/spark-conf/spark-defaults.conf (why: that file).
+os.environ["SPARK_CONF_DIR"] = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                            "spark-conf")
+
 CHILD_MARKER = "sparktf._executor.child"
 SPARE_NAME = "sparktf-spare"  # sparktf._executor.spare.SPARE_NAME
 

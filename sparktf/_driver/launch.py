@@ -243,8 +243,16 @@ def _run_stage(session: sessions.Session, stage: LaunchSpec, df, collector: "_Ev
                 job = _barrier_job(frame, stage.task_spec(server), stage.resources)
             log_phase(None, "submitted")
             try:
-                return _collect(session, job, stage.timeout, stage.what, tag)
-            except JobTimeoutError:
+                with _cancel_after_failure(session, collector, tag):
+                    rows = _collect(session, job, stage.timeout, stage.what, tag)
+                if collector.errors:  # the tasks reported it and ended; Spark saw no failure
+                    raise _Reported()
+                missing = sorted(set(range(stage.num_tasks)) - {r["rank"] for r in rows})
+                if missing:
+                    raise SparkTFError(f"{stage.what}: rank(s) {missing} ended without a "
+                                       "result: they lost the driver's event channel")
+                return rows
+            except (JobTimeoutError, SparkTFError):
                 raise
             except Exception as e:
                 if collector.stalled is not None:
@@ -262,7 +270,7 @@ def _run_stage(session: sessions.Session, stage: LaunchSpec, df, collector: "_Ev
                     continue
                 failure = failures.translate(e, collector.errors, stage.what)
                 if not _is_port_conflict(failure):
-                    raise failure from e
+                    raise failure from (None if isinstance(e, _Reported) else e)
                 if attempt == PORT_CONFLICT_RETRIES:
                     raise ClusterFormationError(
                         f"{stage.what} could not form a TensorFlow cluster: the ports chosen "
@@ -271,6 +279,33 @@ def _run_stage(session: sessions.Session, stage: LaunchSpec, df, collector: "_Ev
                 logger.warning("sparktf: %s; forming the cluster again with new ports "
                                "(attempt %d of %d)", failure.message, attempt + 1,
                                PORT_CONFLICT_RETRIES)
+
+
+class _Reported(Exception):
+    """A task reported its failure on the event channel and every task ended quietly."""
+
+
+# After a task reports a failure, the driver hangs up on every task and each ends its
+# process and itself within a second or two. One that cannot hear the channel (or is
+# still reading a large partition) is stopped through Spark after this long.
+FAILURE_GRACE_S = 20.0
+
+
+@contextlib.contextmanager
+def _cancel_after_failure(session: sessions.Session, collector: "_EventCollector", tag: str):
+    """Cancels the stage's jobs ``FAILURE_GRACE_S`` after the first failure a task reports,
+    if the tasks have not all ended by then."""
+    timer = threading.Timer(FAILURE_GRACE_S, session.cancel_tag, args=(tag,))
+    timer.daemon = True
+    timer.name = "sparktf-failure-grace"
+    collector.on_error = timer.start
+    try:
+        yield
+    finally:
+        collector.on_error = None
+        timer.cancel()
+        if timer.is_alive():
+            timer.join()
 
 
 CHANNEL_GRACE_S = 90.0  # a task connects within seconds of starting; executors may queue
@@ -374,6 +409,7 @@ class _EventCollector:
         self.errors: dict[int, dict] = {}
         self.stalled: tuple[int, dict] | None = None
         self.watchdog: Watchdog | None = None
+        self.on_error: Callable[[], None] | None = None  # called at the first failure
         self._on_event = on_event
         self._lock = threading.Lock()
 
@@ -400,7 +436,11 @@ class _EventCollector:
                         event.get("role", "?"))
         elif kind == "error":
             with self._lock:
+                first = not self.errors
                 self.errors.setdefault(int(rank), event)
+                on_error = self.on_error
+            if first and on_error is not None:
+                on_error()
         elif self._on_event is not None:
             self._on_event(event)
 

@@ -70,9 +70,9 @@ def request(env: dict[str, str], idle_s: float) -> "Request":
     as the spare can; ``Request.process()`` returns it."""
     global _spare
     with _lock:
-        key = tuple(sorted(env.items()))
+        key = (tuple(sorted(env.items())), idle_s)  # the idle time chosen is part of it
         if _spare is not None and (_spare.key != key or not _spare.alive()):
-            _spare.stop()  # one spare per Python worker: the newest environment wins
+            _spare.stop()  # one spare per Python worker: the newest settings win
             _spare = None
         if _spare is None:
             _spare = _Spare(env, key, idle_s)
@@ -105,6 +105,7 @@ class _Spare:
 
     def __init__(self, env: dict[str, str], key: tuple, idle_s: float):
         self.key = key
+        self.owed = 0  # answers due to requests abandoned before their answer came
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.proc = subprocess.Popen(
@@ -117,6 +118,16 @@ class _Spare:
 
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+    def answer(self) -> bytes:
+        """The spare's next answer that belongs to a request still waiting for it (answers
+        come in the order of the requests; the abandoned ones' are skipped)."""
+        self.sock.settimeout(ANSWER_TIMEOUT_S)
+        while True:
+            answer = self.sock.recv(64)
+            if not self.owed or not answer:
+                return answer
+            self.owed -= 1
 
     def stop(self) -> None:
         self.sock.close()  # an idle spare exits on its own when the socket closes
@@ -150,10 +161,8 @@ class Request:
         if self._pipes is None:
             return None
         stdin_w, stdout_r = self._pipes
-        sock = self._spare.sock
         try:
-            sock.settimeout(ANSWER_TIMEOUT_S)
-            answer = sock.recv(64)
+            answer = self._spare.answer()
         except OSError:
             answer = b""
         pid = int(answer) if answer.strip().isdigit() else 0
@@ -167,6 +176,17 @@ class Request:
             self._spare.stop()  # the next request starts a new spare
             return None
         return Forked(pid, pidfd, stdin_w, stdout_r)
+
+    def abandon(self) -> None:
+        """The task ended before it needed its process: closes this end of the process's
+        pipes (once forked, it reads the end of its input and exits) without waiting for
+        the spare, which may still be importing TensorFlow; its answer is skipped."""
+        if self._pipes is None:
+            return
+        for fd in self._pipes:
+            os.close(fd)
+        self._pipes = None
+        self._spare.owed += 1
 
 
 class Forked:

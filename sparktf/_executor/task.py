@@ -8,6 +8,11 @@ Spark's ``allGather``), derive roles and TF_CONFIG, hand
 the child its payload, relay its output to the driver, release it after a
 barrier, and return its pickled result. Every wait is the barrier channel or a
 blocking read of the child's output; the child dies with this process.
+
+A failure (bad rows, the child's exception, a process that died) is reported on the
+channel; the driver then hangs up on every task, and each stops its child and ends
+without raising. Spark sees a stage that finished, keeps the Python workers (and their
+spares) warm for the next job, and the driver raises the reported error.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import pyarrow as pa
 from sparktf._executor import cluster, feed, gpu, row_checks
 from sparktf._executor.context import TaskContext
 from sparktf._executor.task_process import TaskProcess
-from sparktf._protocol.client import EventClient
+from sparktf._protocol.client import EventClient, JobEnded
 from sparktf.errors import TaskFailedError
 
 RESULT_SCHEMA = pa.schema([("rank", pa.int32()), ("result", pa.binary())])
@@ -62,8 +67,20 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     rank = barrier.partitionId()
     _reset_peak_rss()
     role = spec.roles[rank]
-    with EventClient(spec.event_address, spec.event_secret, rank) as events, \
-            tempfile.TemporaryDirectory(prefix=f"sparktf-rank{rank}-") as workdir:
+    with EventClient(spec.event_address, spec.event_secret, rank) as events:
+        try:
+            yield from _run(spec, batches, barrier, rank, role, events)
+        except Exception as e:
+            if not (isinstance(e, JobEnded) or events.ended):
+                raise  # the driver cannot hear us: Spark carries the failure
+            # The driver has the failure (ours or another rank's) and has ended the job:
+            # end without an exception, keeping this Python worker and its spare for the
+            # next job. Spark reuses a worker only once its input has been read.
+            collections.deque(batches, maxlen=0)
+
+
+def _run(spec: TaskSpec, batches, barrier, rank: int, role, events: EventClient):
+    with tempfile.TemporaryDirectory(prefix=f"sparktf-rank{rank}-") as workdir:
         events.phase("task started")
         assigned = gpu.assigned(barrier)
         try:
@@ -86,7 +103,7 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
                 shard, held_out = (feed.spill(batches, os.path.join(workdir, "shard.arrow"),
                                               spec.columns, spec.split_column)
                                    if spec.columns else (None, None))
-            except Exception as e:  # bad data: report it, then fail the stage
+            except Exception as e:  # bad data: report it, then end the job
                 unusable = (f"{type(e).__name__}: {e}", traceback.format_exc())
                 if counts is None:
                     _fail(events, rank, role, *unusable, "")
@@ -150,9 +167,9 @@ def _all_gather(events: EventClient, barrier, message: str) -> list[str]:
     second). The driver answers every task alike, so all of them take the same road."""
     if events.connected:
         reply = events.request({"kind": "gather", "value": message})
-        if reply is None:
-            raise RuntimeError("lost the driver's event channel while the tasks exchanged "
-                               "their addresses (the job ended, or the driver is gone)")
+        if reply is None or reply.get("ended"):
+            raise JobEnded("the driver ended the job while the tasks exchanged their "
+                           "addresses")
         if "values" in reply:
             return reply["values"]
     return barrier.allGather(message)
@@ -215,12 +232,15 @@ def _peak_rss_kb() -> int:
 
 def _fail(events: EventClient, rank: int, role, message: str, tb: str, tail: str,
           invalid_input: bool = False):
-    """Reports a failure to the driver (acknowledged), then fails the barrier stage.
+    """Reports a failure to the driver (acknowledged), then ends the task quietly
+    (``JobEnded``): the driver raises it and ends the other tasks. A task that cannot
+    reach the driver fails the barrier stage instead, and Spark carries the error.
 
     ``invalid_input``: the user's data is at fault (the driver raises InvalidInputError)."""
     if cluster.is_port_conflict(message):
         message = PORT_CONFLICT_PREFIX + message
-    events.send({"kind": "error", "role": str(role), "message": message, "traceback": tb,
-                 "log_tail": tail, "invalid_input": invalid_input, "ack": True},
-                wait_ack=True)
+    if events.send({"kind": "error", "role": str(role), "message": message, "traceback": tb,
+                    "log_tail": tail, "invalid_input": invalid_input, "ack": True},
+                   wait_ack=True):
+        raise JobEnded(message)  # the driver raises it, and stops the other tasks
     raise TaskFailedError(rank, str(role), message, tb, tail)

@@ -95,7 +95,7 @@ class TaskProcess:
 
     def __exit__(self, *exc) -> None:
         if self.proc is None and self.request is not None:
-            self.proc = self.request.process()  # not handed a payload: it exits at once
+            self.request.abandon()  # never handed a payload: it exits once forked
         if self.proc is not None:
             spare.stop_process(self.proc)
 
@@ -154,11 +154,11 @@ class TaskProcess:
     def _stop_when_abandoned(self):
         """Stops our process when the driver hangs up the event channel while it runs.
 
-        The driver hangs up when its job has ended: after every task has finished, or
-        when the stage failed or was cancelled. In the second case Spark may leave this
-        Python worker running (it destroys a killed task's worker only if the task has
-        not completed by then), and our process would wait forever for peers that are
-        gone (a collective with a dead worker). A blocking poll, woken at the end."""
+        The driver hangs up when its job has ended: after every task has finished, when
+        a task reported a failure, or when the stage failed or was cancelled. In the
+        last two cases our process would otherwise wait forever for peers that are gone
+        (a collective with a dead worker), and a Python worker that Spark does not
+        destroy would keep it. A blocking poll, woken at the end."""
         channel = self.events.fileno()
         if channel is None:
             yield

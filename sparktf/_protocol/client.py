@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import socket
 import sys
 import time
@@ -16,6 +17,12 @@ from sparktf._protocol.wire import ACK, CHANNEL_ENV, decode, encode
 CONNECT_TIMEOUT_S = 10.0
 
 
+class JobEnded(Exception):
+    """The driver has this task's failure report, or has ended the job: the task ends
+    quietly (no exception through Spark, whose failed barrier task would cost the Python
+    worker and its spare process)."""
+
+
 class EventClient:
     """Sends a task's events to the driver; degrades to the executor's stderr if unreachable."""
 
@@ -23,6 +30,7 @@ class EventClient:
         self.rank = rank
         self._sock: socket.socket | None = None
         self._reader = None
+        self._ended = False  # connected once, then hung up by the driver (or broken)
         if address is None:
             return
         try:
@@ -39,6 +47,17 @@ class EventClient:
     def connected(self) -> bool:
         return self._sock is not None
 
+    @property
+    def ended(self) -> bool:
+        """Whether the driver hung up after this task connected: it does when the job has
+        ended, for every task at once when one of them reported a failure."""
+        if not self._ended and self._sock is not None:
+            poller = select.poll()
+            poller.register(self._sock, select.POLLRDHUP)  # HUP and ERR always reported
+            if poller.poll(0):  # a look, no wait
+                self._lost()
+        return self._ended
+
     def send(self, event: dict[str, Any], wait_ack: bool = False) -> bool:
         """Sends one event; with ``wait_ack`` blocks (bounded) until the driver has it."""
         if self._sock is None:
@@ -46,12 +65,14 @@ class EventClient:
         event.setdefault("rank", self.rank)
         try:
             self._sock.sendall(encode(event))
-            if wait_ack:
-                return self._reader.readline() == ACK
-            return True
+            if not wait_ack:
+                return True
+            if self._reader.readline() == ACK:
+                return True
         except OSError:
-            self.close()
-            return False
+            pass
+        self._lost()
+        return False
 
     def phase(self, name: str) -> None:
         """A start-up or shutdown phase of the task, timestamped (``sparktf.phases``)."""
@@ -68,7 +89,7 @@ class EventClient:
         except OSError:
             line = b""
         if not line:
-            self.close()
+            self._lost()
             return None
         return decode(line)
 
@@ -81,6 +102,10 @@ class EventClient:
     def fileno(self) -> int | None:
         """The connection's socket (None when not connected), e.g. to see the driver hang up."""
         return self._sock.fileno() if self._sock is not None else None
+
+    def _lost(self) -> None:
+        self._ended = True
+        self.close()
 
     def close(self) -> None:
         """Closes the connection; safe to call twice."""

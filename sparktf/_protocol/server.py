@@ -39,9 +39,18 @@ class _Handler(socketserver.StreamRequestHandler):
 
     def finish(self) -> None:
         self.server.track(self.request, False)  # type: ignore[attr-defined]
-        super().finish()
+        try:
+            super().finish()
+        except OSError:
+            pass  # the connection is gone (the task, or our hang-up): nothing left to say
 
     def handle(self) -> None:
+        try:
+            self._handle()
+        except OSError:
+            pass  # the task hung up, or the driver did (the job ended)
+
+    def _handle(self) -> None:
         server: _Server = self.server  # type: ignore[assignment]
         try:
             hello = decode(self.rfile.readline())
@@ -74,6 +83,8 @@ class _Handler(socketserver.StreamRequestHandler):
             if event.get("ack"):
                 self.wfile.write(ACK)
                 self.wfile.flush()
+            if kind == "error":  # acknowledged first: the task knows its report landed
+                server.end_job()
 
 
 _REQUESTS = {
@@ -105,6 +116,7 @@ class _Server(socketserver.ThreadingTCPServer):
         self._gather_fallback = False  # every task exchanges through Spark instead
         self._epoch = 0
         self._serving: set[int] = set()
+        self._hung_up = False
         super().__init__((host, 0), _Handler)
 
     def wait_all_done(self, rank: int) -> bool:
@@ -147,6 +159,8 @@ class _Server(socketserver.ThreadingTCPServer):
                 self._done_cond.notify_all()
             self._done_cond.wait_for(lambda: everyone(self._gathered) or
                                      self._gather_fallback or self._closing)
+            if self._closing:
+                return {"ended": True}  # the job has ended (a task failed): no exchange
             if self._gather_fallback or not everyone(self._gathered):
                 return {"fallback": True}
             return {"values": [self._gathered[r] for r in range(self.num_tasks)]}
@@ -218,15 +232,30 @@ class _Server(socketserver.ThreadingTCPServer):
     def track(self, sock: socket.socket, is_open: bool) -> None:
         with self._lock:
             (self._open.add if is_open else self._open.discard)(sock)
+            if is_open and self._hung_up:
+                _shut(sock)  # a task that connects after the job ended hears so at once
 
     def hang_up(self) -> None:
-        """Ends every task connection, e.g. one of a task that Spark is still killing."""
+        """Ends every task connection, e.g. one of a task that Spark is still killing, and
+        every later one."""
         with self._lock:
+            self._hung_up = True
             for sock in list(self._open):
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+                _shut(sock)
+
+    def end_job(self) -> None:
+        """A task reported a failure: every task's waits end and the driver hangs up on all
+        of them, so each stops its process and ends (``client.JobEnded``) and the stage
+        finishes without Spark killing a task (which would cost its Python worker)."""
+        self.close_barrier()
+        self.hang_up()
+
+
+def _shut(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
 
 
 class EventServer:

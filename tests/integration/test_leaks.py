@@ -57,7 +57,7 @@ def _dozen_fits(spark, capsys):
     df.count()
     good = TFEstimator(modelFn=models.linear, numWorkers=2, epochs=1, batchSize=64)
     bad = TFEstimator(modelFn=broken, numWorkers=2, epochs=1)
-    rows = []
+    rows, spares_seen = [], []
     for i in range(FITS):
         failing = i % 4 == 3
         if failing:
@@ -69,13 +69,16 @@ def _dozen_fits(spark, capsys):
         gc.collect()
         rows.append((i + 1, failing, threading.active_count(), len(_listening_ports()),
                      _rss_mb(), len(spare_pids())))
+        spares_seen.append(sorted(spare_pids()))
     with capsys.disabled():
         print("\nfit  failed  driver threads  listening ports  driver RSS MB  spares")
         for n, failed, threads, ports, rss, spares in rows:
             print(f"{n:3}  {str(failed):6}  {threads:14}  {ports:15}  {rss:13.0f}  {spares:6}")
-    # one spare per Python worker (2 executors x 1 core); a failed task's worker may be
-    # replaced, and its spare goes with it
+    # one spare per Python worker (2 executors x 1 core), and the same ones throughout: a
+    # failed fit ends its tasks quietly, so Spark keeps their Python workers (and spares)
     assert max(r[5] for r in rows) <= 2, "more spares than Python workers"
+    assert all(seen == spares_seen[0] for seen in spares_seen), \
+        f"spares were replaced (after a failed fit?): {spares_seen}"
     assert wait_gone(spare_pids(), SPARE_IDLE_S + 60) == [], \
         f"spares alive after {SPARE_IDLE_S} s idle"
     warm = rows[4:]  # after the first fits have loaded everything once

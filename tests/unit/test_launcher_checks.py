@@ -212,9 +212,38 @@ def test_a_gather_ends_when_the_job_ends():
         thread.join(0.3)
         assert replies == []
     thread.join(10)
-    assert not thread.is_alive() and replies in ([{"fallback": True}], [None])
+    assert not thread.is_alive() and replies in ([{"ended": True}], [None])
     client.close()
     late.close()
+
+
+def test_a_reported_failure_ends_the_job_for_every_task():
+    events = []
+    with EventServer("127.0.0.1", events.append, num_tasks=3) as server:
+        with EventClient(server.address, server.secret, rank=0) as waiting, \
+                EventClient(server.address, server.secret, rank=1) as failing:
+            replies = []
+            thread = _gather_in_thread(waiting, "0", replies)
+            assert failing.send({"kind": "error", "message": "boom", "ack": True},
+                                wait_ack=True)  # the report lands before the hang-up
+            thread.join(10)
+            assert replies in ([{"ended": True}], [None])  # the exchange ends, unanswered
+            assert _wait_ended(waiting) and _wait_ended(failing)
+            # a task that connects after the failure hears at once that the job is over
+            with EventClient(server.address, server.secret, rank=2) as late:
+                assert late.request({"kind": "gather", "value": "2"}) in (None,
+                                                                          {"ended": True})
+    assert [e["message"] for e in events if e["kind"] == "error"] == ["boom"]
+
+
+def _wait_ended(client: EventClient) -> bool:
+    """The hang-up reaches the client's socket (a blocking poll, bounded)."""
+    import select
+    if client.fileno() is not None:
+        poller = select.poll()
+        poller.register(client.fileno(), select.POLLRDHUP)
+        poller.poll(10_000)
+    return client.ended
 
 
 def test_a_waiting_task_is_not_released_by_shutdown():

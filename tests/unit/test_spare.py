@@ -152,3 +152,31 @@ def test_spare_idle_timeout_from_the_spark_conf(conf, expected):
 def test_a_bad_spare_idle_timeout_is_refused(bad):
     with pytest.raises(InvalidInputError, match="spareIdleTimeout must be a number"):
         spare_idle_s({"spark.sparktf.spareIdleTimeout": bad})
+
+
+def test_a_request_abandoned_before_its_answer_costs_no_wait_and_no_process():
+    """A task that ends early (bad input, another rank failed) drops its request at once,
+    even while the spare still imports TensorFlow; the next task gets a process of its
+    own, not the abandoned one, and the abandoned one does not linger."""
+    env = _env(MARK="abandoned")
+    first = spare.request(env, 30)  # a new spare: still importing TensorFlow
+    first.abandon()  # returns at once: nothing waits for the import
+    with tempfile.TemporaryDirectory() as workdir:
+        proc = spare.request(env, 30).process()
+        assert isinstance(proc, spare.Forked)
+        seen = _run(proc, workdir)
+        spare.stop_process(proc)
+    assert seen["marker"] == "abandoned" and seen["pid"] == proc.pid
+    tasks = [pid for pid in _children_of(spare_pids()) if pid != proc.pid]
+    assert wait_gone(tasks, 30) == [], "the abandoned request's process is still running"
+
+
+def _children_of(parents: list[int]) -> list[int]:
+    children = []
+    for parent in parents:
+        try:
+            with open(f"/proc/{parent}/task/{parent}/children") as f:
+                children += [int(p) for p in f.read().split()]
+        except OSError:
+            pass
+    return children
