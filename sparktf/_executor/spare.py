@@ -11,11 +11,19 @@ two tasks' processes.
 Protocol (a ``SOCK_SEQPACKET`` socket pair; the spare is ``python -m
 sparktf._executor.child --spare FD IDLE_S``):
 
-- request: the task's pidfd and the child's ends of two pipes (its stdin and its
-  stdout/stderr), passed with ``SCM_RIGHTS``;
+- request: the task's own values of ``PER_TASK`` (JSON) with the task's pidfd and the
+  child's ends of two pipes (its stdin and its stdout/stderr), passed with
+  ``SCM_RIGHTS``;
 - answer: the new process's pid, as text. The forked process then follows the
   same protocol as a freshly started one (``sparktf._executor.child``) and kills
   itself when the task's process ends.
+
+A spare serves every task whose environment equals its own but for ``PER_TASK``: the
+GPUs a task may see and its TensorFlow thread counts, which TensorFlow reads only when
+its runtime starts (the first op; importing TensorFlow and Keras starts nothing), so
+each forked process sets them before running anything. Tasks that alternate GPUs or
+roles (a parameter server has more inter-op threads) share one spare. A spare whose
+runtime has started (it never should) declines requests that change them.
 
 A spare's life is bounded: it exits after ``IDLE_S`` seconds without a running task
 process or a request, when its Python worker closes the socket or dies
@@ -26,6 +34,7 @@ finds its spare gone, even while asking it, starts its own process instead.
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import select
 import signal
@@ -38,6 +47,8 @@ SPARE_FLAG = "--spare"
 SPARE_NAME = b"sparktf-spare"  # /proc/PID/comm of an idle spare
 TASK_NAME = b"sparktf-task"  # /proc/PID/comm of a process it forked
 ANSWER_TIMEOUT_S = 600.0  # a spare answers once it has imported TensorFlow
+# Read by TensorFlow when its runtime starts, not at import: set in each forked process.
+PER_TASK = ("CUDA_VISIBLE_DEVICES", "TF_NUM_INTEROP_THREADS", "TF_NUM_INTRAOP_THREADS")
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NAME = 15
 
@@ -70,13 +81,14 @@ def request(env: dict[str, str], idle_s: float) -> "Request":
     as the spare can; ``Request.process()`` returns it."""
     global _spare
     with _lock:
-        key = (tuple(sorted(env.items())), idle_s)  # the idle time chosen is part of it
+        shared = {k: v for k, v in env.items() if k not in PER_TASK}
+        key = (tuple(sorted(shared.items())), idle_s)  # the idle time chosen is part of it
         if _spare is not None and (_spare.key != key or not _spare.alive()):
             _spare.stop()  # one spare per Python worker: the newest settings win
             _spare = None
         if _spare is None:
             _spare = _Spare(env, key, idle_s)
-        return Request(_spare)
+        return Request(_spare, {k: env.get(k) for k in PER_TASK})
 
 
 def stop() -> None:
@@ -139,14 +151,15 @@ class _Spare:
 class Request:
     """One task process asked of a spare; the spare forks it while the task receives data."""
 
-    def __init__(self, spare: _Spare):
+    def __init__(self, spare: _Spare, per_task: dict[str, str | None]):
         self._spare = spare
         self._pipes: tuple[int, int] | None = None
         stdin_r, stdin_w = os.pipe()
         stdout_r, stdout_w = os.pipe()
         task = os.pidfd_open(os.getpid())
         try:
-            socket.send_fds(spare.sock, [b"fork"], [stdin_r, stdout_w, task])
+            socket.send_fds(spare.sock, [json.dumps(per_task).encode()],
+                            [stdin_r, stdout_w, task])
             self._pipes = (stdin_w, stdout_r)
         except OSError:  # the spare has gone: Request.process() says so
             os.close(stdin_w)
@@ -248,11 +261,17 @@ def serve(fd: int, idle_s: float, become_task) -> None:
         if sock not in ready:
             continue
         try:
-            _, fds, _, _ = socket.recv_fds(sock, 16, 3)
+            message, fds, _, _ = socket.recv_fds(sock, 4096, 3)
         except OSError:
             fds = []
         if len(fds) != 3:
             os._exit(0)  # the Python worker closed the socket, or died
+        per_task = json.loads(message)
+        if not _can_set(per_task):
+            for f in fds:
+                os.close(f)
+            _answer(sock, 0)  # the task starts a process of its own
+            continue
         sys.stdout.flush()
         sys.stderr.flush()
         set_name(TASK_NAME)  # the process is born with its name (ps, the leak tests)
@@ -264,6 +283,11 @@ def serve(fd: int, idle_s: float, become_task) -> None:
             for pidfd in running:
                 os.close(pidfd)
             _enter_task(*fds)
+            for name, value in per_task.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
             become_task()
             os._exit(1)  # not reached
         for f in fds:
@@ -272,10 +296,23 @@ def serve(fd: int, idle_s: float, become_task) -> None:
             running.append(os.pidfd_open(pid))
         except ProcessLookupError:
             pass
-        try:
-            sock.send(str(pid).encode())
-        except OSError:
-            os._exit(0)
+        _answer(sock, pid)
+
+
+def _answer(sock: socket.socket, pid: int) -> None:
+    try:
+        sock.send(str(pid).encode())
+    except OSError:
+        os._exit(0)
+
+
+def _can_set(per_task: dict[str, str | None]) -> bool:
+    """Whether a forked process can still set ``per_task``: yes unless they change and
+    this spare's TensorFlow runtime has already started (it has read them then)."""
+    if all(os.environ.get(k) == v for k, v in per_task.items()):
+        return True
+    context = sys.modules.get("tensorflow.python.eager.context")
+    return context is None or not getattr(context.context(), "_initialized", True)
 
 
 def _enter_task(stdin_fd: int, stdout_fd: int, task_pidfd: int) -> None:

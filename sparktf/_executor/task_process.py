@@ -51,8 +51,8 @@ def interop_threads(chosen: str | None, num_workers: int, num_ps: int) -> int:
 
 
 def child_env(spec, devices: str, cpus: int) -> dict[str, str]:
-    """The environment of the task's process (the same for every task of a Python worker
-    with the same devices and CPUs: a spare serves the tasks whose environment it has)."""
+    """The environment of the task's process. A spare serves every task of its Python
+    worker with the same environment but for ``spare.PER_TASK`` (devices, thread counts)."""
     env = dict(os.environ)
     env.update({"CUDA_VISIBLE_DEVICES": devices, "TF_FORCE_GPU_ALLOW_GROWTH": "true",
                 "PYTHONUNBUFFERED": "1"})

@@ -184,13 +184,13 @@ def test_one_worker_asking_to_stop_stops_every_worker_at_the_same_point(spark, s
 def test_tf_keras_models_train_with_their_own_fit(spark, tmp_path):
     X, y = data.linear_rows(1200)
     df = spark.createDataFrame(data.rows(X, y), "features array<double>, label double")
-    est = TFEstimator(modelFn=models.tf_keras_linear, numWorkers=2, epochs=30, batchSize=64,
-                      learningRate=0.05, validationFraction=0.1, seed=2,
+    est = TFEstimator(modelFn=models.tf_keras_linear, numWorkers=2, epochs=10, batchSize=64,
+                      learningRate=0.1, validationFraction=0.1, seed=2,
                       modelDir=str(tmp_path / "m"))
     model = est.fit(df)
     history = model.getHistory()
     assert {"loss", "mae", "val_loss", "val_mae"} <= set(history)
-    assert len(history["loss"]) == 30 and history["loss"][-1] < 0.01
+    assert len(history["loss"]) == 10 and history["loss"][-1] < 0.01
     scored = model.transform(df).select("label", "prediction").toPandas()
     np.testing.assert_allclose(scored["prediction"], scored["label"], atol=0.2)
 

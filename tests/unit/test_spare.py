@@ -96,6 +96,42 @@ def test_a_spare_serves_one_environment_and_a_new_one_replaces_it():
     assert wait_gone([old], 30) == [], "the spare of the old environment was stopped"
 
 
+def _threads_and_devices(args, ctx):
+    """The task's variables, and what TensorFlow made of its thread counts: the threads
+    its first op started."""
+    import os
+
+    import tensorflow as tf
+    before = len(os.listdir("/proc/self/task"))
+    tf.reduce_sum(tf.ones((64, 64))).numpy()
+    return {"ppid": os.getppid(), "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "inter": os.environ.get("TF_NUM_INTEROP_THREADS"),
+            "new_threads": len(os.listdir("/proc/self/task")) - before}
+
+
+def test_tasks_differing_only_in_devices_and_threads_share_one_spare():
+    """A parameter server (more inter-op threads, no GPU) and a worker on another GPU are
+    forked by the same spare; each process has its own values, and TensorFlow sizes its
+    pools by them (they are read when the runtime starts, after the fork)."""
+    seen = []
+    for threads, cuda in (("1", "-1"), ("6", "0"), ("1", None)):
+        env = _env(MARK="per-task", TF_NUM_INTEROP_THREADS=threads,
+                   TF_NUM_INTRAOP_THREADS=threads)
+        if cuda is None:
+            env.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            env["CUDA_VISIBLE_DEVICES"] = cuda
+        with tempfile.TemporaryDirectory() as workdir:
+            proc = spare.request(env, 30).process()
+            seen.append(_run(proc, workdir, fn=_threads_and_devices))
+            spare.stop_process(proc)
+    print("\nper-task processes:", seen)
+    assert len({s["ppid"] for s in seen}) == 1, "one spare served all three"
+    assert [(s["inter"], s["cuda"]) for s in seen] == [("1", "-1"), ("6", "0"), ("1", None)]
+    assert seen[1]["new_threads"] >= seen[0]["new_threads"] + 8  # 2 x 5 more pool threads
+    assert seen[2]["new_threads"] == seen[0]["new_threads"]
+
+
 def test_an_idle_spare_leaves_and_the_next_task_gets_a_new_one():
     env = _env(MARK="idle")
     with tempfile.TemporaryDirectory() as workdir:

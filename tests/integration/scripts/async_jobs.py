@@ -49,7 +49,7 @@ def ps_regression(spark, workdir, lines):
     from tests import conftest
     from tests.integration import models
 
-    est = TFEstimator(modelFn=models.linear, numWorkers=2, numPs=1, epochs=12, batchSize=32,
+    est = TFEstimator(modelFn=models.linear, numWorkers=2, numPs=1, epochs=5, batchSize=32,
                       learningRate=0.05, modelDir=os.path.join(workdir, "ps"),
                       stallTimeout=180, summarySteps=50)
     model = est.fit(linear_frame(spark, 2000))
@@ -80,7 +80,7 @@ def evaluator(spark, workdir, lines, num_ps):
     from sparktf.ml import TFEstimator
     from tests.integration import models
 
-    est = TFEstimator(modelFn=models.linear, numWorkers=2, numPs=num_ps, epochs=4,
+    est = TFEstimator(modelFn=models.linear, numWorkers=2, numPs=num_ps, epochs=3,
                       batchSize=32, learningRate=0.05, validationFraction=0.25, seed=5,
                       evaluator=True, modelDir=os.path.join(workdir, f"eval{num_ps}"),
                       stallTimeout=180)
@@ -94,7 +94,7 @@ def ps_parquet(spark, workdir, lines):
     from sparktf.ml import TFEstimator
     from tests.integration import models
 
-    est = TFEstimator(modelFn=models.linear, numWorkers=2, numPs=1, epochs=10, batchSize=32,
+    est = TFEstimator(modelFn=models.linear, numWorkers=2, numPs=1, epochs=5, batchSize=32,
                       learningRate=0.05, inputMode="parquet", validationFraction=0.2, seed=2,
                       modelDir=os.path.join(workdir, "parquet"), stallTimeout=180)
     model = est.fit(linear_frame(spark, 1500))
