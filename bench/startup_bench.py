@@ -99,6 +99,50 @@ def jobs(spark, df):
             "fit": lambda: est.fit(df)}
 
 
+def broken(hparams):
+    raise RuntimeError("a broken modelFn (the bench's failing fit)")
+
+
+def failure_times(spark, df, repeats: int) -> dict[str, float]:
+    """After failures: median seconds of a refused fit (a null label, found by the tasks),
+    of a failing fit (modelFn raises), of a good fit right after a failing one, and of a
+    good fit after a good one (the warm fit)."""
+    from pyspark.sql import functions as F
+
+    import sparktf
+    from sparktf.ml import TFEstimator
+
+    good = TFEstimator(modelFn=one_layer, featuresCol="features", numWorkers=2, epochs=1,
+                       batchSize=100)
+    bad = good.copy({good.modelFn: broken})
+    nulls = df.withColumn("label", F.when(F.col("label") > 1e9, 0.0)).cache()  # all null
+    nulls.count()
+
+    def timed(job, expected=None):
+        started = time.perf_counter()
+        try:
+            job()
+        except Exception as e:  # noqa: BLE001 - only the expected failure is timed
+            if expected is None or not isinstance(e, expected):
+                raise
+        return time.perf_counter() - started
+
+    good.fit(df)
+    times: dict[str, list[float]] = {"refused fit (null labels)": [],
+                                     "failing fit (modelFn raises)": [],
+                                     "fit right after a failing fit": [],
+                                     "fit right after a fit": []}
+    for _ in range(repeats):
+        times["refused fit (null labels)"].append(
+            timed(lambda: good.fit(nulls), sparktf.InvalidInputError))
+        times["failing fit (modelFn raises)"].append(
+            timed(lambda: bad.fit(df), sparktf.TaskFailedError))
+        times["fit right after a failing fit"].append(timed(lambda: good.fit(df)))
+        times["fit right after a fit"].append(timed(lambda: good.fit(df)))
+    nulls.unpersist()
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
 def set_spares(spark, on: bool) -> None:
     if on:
         spark.conf.unset(SPARE_CONF)
@@ -205,8 +249,25 @@ def main() -> int:
     parser.add_argument("--only-cv", action="store_true",
                         help="only the CrossValidator with the default settings (e.g. to "
                              "time an older sparktf with PYTHONPATH)")
+    parser.add_argument("--only-failures", action="store_true",
+                        help="only the jobs around failures: a refused fit, a failing fit, "
+                             "the fit after it")
     args = parser.parse_args()
     logging.getLogger("sparktf").setLevel(logging.WARNING)  # keep the table readable
+
+    if args.only_failures:
+        logging.getLogger("sparktf").setLevel(logging.CRITICAL)  # the failures are expected
+        spark = common.session()
+        try:
+            after = failure_times(spark, small_frame(spark), args.repeats)
+        finally:
+            spark.stop()
+        warm = after["fit right after a fit"]
+        print(f"\njobs around failures, 2 tasks, {ROWS:,} cached rows; median of "
+              f"{args.repeats}")
+        for key, seconds in after.items():
+            print(f"  {key:32}{seconds:8.2f} s{seconds / warm:8.2f} x a warm fit")
+        return 0
 
     if args.only_cv:
         spark = common.session()
