@@ -108,8 +108,9 @@ class FailurePolicy:
         return Decision(True, f"relaunch {retries_done + 1} of {self.max_retries}")
 
 
-def translate(exc: Exception, errors: dict[int, dict], what: str) -> SparkTFError:
-    """The most useful sparktf error for a failed barrier stage."""
+def translate(exc: Exception | None, errors: dict[int, dict], what: str) -> SparkTFError:
+    """The most useful sparktf error for a failed barrier stage: from the tasks' reports
+    (``errors``), else from Spark's exception ``exc`` (None when the stage finished)."""
     invalid = [info for _, info in sorted(errors.items()) if info.get("invalid_input")]
     if invalid:  # the data is at fault, and every task said so
         return InvalidInputError(invalid[0].get("message", ""))

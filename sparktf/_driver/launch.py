@@ -12,13 +12,13 @@ import contextlib
 import dataclasses
 import logging
 import threading
-import time
 import uuid
 from typing import Any, Callable
 
 import cloudpickle
 
 from sparktf._driver import checks, failures, pickling, routing, schema, sessions
+from sparktf._driver.events import EventCollector, ensure_log_handler, log_phase
 from sparktf._driver.resources import TaskResources, check_gpu_conf, gpus_scheduled
 from sparktf._executor import cluster, gpu
 from sparktf._executor import task as task_runtime
@@ -36,10 +36,6 @@ from sparktf.errors import (
 )
 
 logger = logging.getLogger("sparktf")
-worker_logger = logging.getLogger("sparktf.worker")
-# DEBUG records of where a job's time goes, from the driver and the tasks; each record
-# has ``record.phase = (rank or None for the driver, name, time.time())``.
-phase_logger = logging.getLogger("sparktf.phases")
 
 PORT_CONFLICT_RETRIES = 3
 SPARE_IDLE_CONF = "spark.sparktf.spareIdleTimeout"
@@ -168,7 +164,7 @@ def launch(spark, stage: LaunchSpec, df=None,
            on_event: Callable[[dict], None] | None = None) -> list[Any]:
     """Runs one barrier stage (the tasks of ``cluster.assign_roles``) over ``df``; returns
     the tasks' unpickled results by rank. ``on_event`` hears the tasks' events."""
-    _ensure_log_handler()
+    ensure_log_handler()
     log_phase(None, "launch")
     session = sessions.Session(spark)
     conf = session.conf()
@@ -188,7 +184,7 @@ def launch(spark, stage: LaunchSpec, df=None,
                     "(spark.task.resource.gpu.amount is not set)", what)
     log_phase(None, "checked")
     with checks.SlotGate.hold(stage.num_tasks, slots, what):
-        rows = _run_stage(session, stage, df, _EventCollector(on_event))
+        rows = _run_stage(session, stage, df, EventCollector(on_event))
     log_phase(None, "collected")
     results = sorted(((r["rank"], r["result"]) for r in rows))
     results = [cloudpickle.loads(blob) for _, blob in results]
@@ -218,16 +214,7 @@ def spare_idle_s(conf: dict[str, str], chosen: str | None = None) -> float:
     return value
 
 
-def log_phase(rank: int | None, name: str, t: float | None = None) -> None:
-    """One DEBUG record on ``sparktf.phases`` (``record.phase = (rank, name, t)``)."""
-    if phase_logger.isEnabledFor(logging.DEBUG):
-        t = time.time() if t is None else t
-        who = "driver" if rank is None else f"rank {rank}"
-        phase_logger.debug("sparktf phase: %s %s", who, name,
-                           extra={"phase": (rank, name, t)})
-
-
-def _run_stage(session: sessions.Session, stage: LaunchSpec, df, collector: "_EventCollector"):
+def _run_stage(session: sessions.Session, stage: LaunchSpec, df, collector: EventCollector):
     """Runs the barrier stage, forming the cluster again if a port was taken, and with a
     shuffle before it if Spark cannot run a barrier stage on the input's own plan."""
     host = session.channel_host()
@@ -245,14 +232,7 @@ def _run_stage(session: sessions.Session, stage: LaunchSpec, df, collector: "_Ev
             try:
                 with _cancel_after_failure(session, collector, tag):
                     rows = _collect(session, job, stage.timeout, stage.what, tag)
-                if collector.errors:  # the tasks reported it and ended; Spark saw no failure
-                    raise _Reported()
-                missing = sorted(set(range(stage.num_tasks)) - {r["rank"] for r in rows})
-                if missing:
-                    raise SparkTFError(f"{stage.what}: rank(s) {missing} ended without a "
-                                       "result: they lost the driver's event channel")
-                return rows
-            except (JobTimeoutError, SparkTFError):
+            except JobTimeoutError:
                 raise
             except Exception as e:
                 if collector.stalled is not None:
@@ -268,21 +248,32 @@ def _run_stage(session: sessions.Session, stage: LaunchSpec, df, collector: "_Ev
                     frame = routing.shuffled(df, stage.num_tasks)
                     attempt -= 1
                     continue
-                failure = failures.translate(e, collector.errors, stage.what)
-                if not _is_port_conflict(failure):
-                    raise failure from (None if isinstance(e, _Reported) else e)
-                if attempt == PORT_CONFLICT_RETRIES:
-                    raise ClusterFormationError(
-                        f"{stage.what} could not form a TensorFlow cluster: the ports chosen "
-                        f"were taken by other processes in {attempt} attempts in a row. Free "
-                        f"ports on the executors' hosts. Last error: {failure}") from e
-                logger.warning("sparktf: %s; forming the cluster again with new ports "
-                               "(attempt %d of %d)", failure.message, attempt + 1,
-                               PORT_CONFLICT_RETRIES)
+                failure, cause = failures.translate(e, collector.errors, stage.what), e
+            else:
+                if not collector.errors:
+                    return _every_rank(rows, stage)
+                # the tasks reported a failure and ended quietly: Spark saw none
+                failure, cause = failures.translate(None, collector.errors, stage.what), None
+            if not _is_port_conflict(failure):
+                raise failure from cause
+            if attempt == PORT_CONFLICT_RETRIES:
+                raise ClusterFormationError(
+                    f"{stage.what} could not form a TensorFlow cluster: the ports chosen "
+                    f"were taken by other processes in {attempt} attempts in a row. Free "
+                    f"ports on the executors' hosts. Last error: {failure}") from cause
+            logger.warning("sparktf: %s; forming the cluster again with new ports "
+                           "(attempt %d of %d)", failure.message, attempt + 1,
+                           PORT_CONFLICT_RETRIES)
 
 
-class _Reported(Exception):
-    """A task reported its failure on the event channel and every task ended quietly."""
+def _every_rank(rows: list, stage: LaunchSpec) -> list:
+    """The stage's result rows, refused unless every rank returned one (a task that lost
+    the event channel ends without a result, as it cannot tell the driver why)."""
+    missing = sorted(set(range(stage.num_tasks)) - {r["rank"] for r in rows})
+    if missing:
+        raise SparkTFError(f"{stage.what}: rank(s) {missing} ended without a result: they "
+                           "lost the driver's event channel")
+    return rows
 
 
 # After a task reports a failure, the driver hangs up on every task and each ends its
@@ -292,7 +283,7 @@ FAILURE_GRACE_S = 20.0
 
 
 @contextlib.contextmanager
-def _cancel_after_failure(session: sessions.Session, collector: "_EventCollector", tag: str):
+def _cancel_after_failure(session: sessions.Session, collector: EventCollector, tag: str):
     """Cancels the stage's jobs ``FAILURE_GRACE_S`` after the first failure a task reports,
     if the tasks have not all ended by then."""
     timer = threading.Timer(FAILURE_GRACE_S, session.cancel_tag, args=(tag,))
@@ -345,7 +336,7 @@ def _barrier_job(frame, spec: task_runtime.TaskSpec, resources: TaskResources | 
 
 
 @contextlib.contextmanager
-def _watching(session: sessions.Session, stage: LaunchSpec, collector: "_EventCollector",
+def _watching(session: sessions.Session, stage: LaunchSpec, collector: EventCollector,
               tag: str):
     """Watches heartbeats while the stage runs; a stall cancels the stage's jobs."""
     if not stage.stall_timeout:
@@ -400,58 +391,3 @@ def _collect(session: sessions.Session, job, timeout: float | None, what: str, t
             timer.cancel()
             timer.join()
         session.remove_tag(tag)
-
-
-class _EventCollector:
-    """Handles the tasks' events on the driver: logs, failures by rank, progress."""
-
-    def __init__(self, on_event: Callable[[dict], None] | None):
-        self.errors: dict[int, dict] = {}
-        self.stalled: tuple[int, dict] | None = None
-        self.watchdog: Watchdog | None = None
-        self.on_error: Callable[[], None] | None = None  # called at the first failure
-        self._on_event = on_event
-        self._lock = threading.Lock()
-
-    def reset(self) -> None:
-        """Forgets a previous attempt's failures."""
-        self.errors.clear()
-        self.stalled = None
-
-    def __call__(self, event: dict) -> None:
-        kind = event.get("kind")
-        rank = event.get("rank", -1)
-        if kind == "heartbeat":
-            dog = self.watchdog
-            if dog is not None:
-                dog.beat(int(rank), event)
-            if self._on_event is not None:
-                self._on_event(event)  # the chief's carry the epoch's progress
-        elif kind == "log":
-            worker_logger.info("[rank %s] %s", rank, event.get("line", ""))
-        elif kind == "phase":
-            log_phase(int(rank), str(event.get("name")), float(event.get("t", 0)))
-        elif kind == "serving":
-            logger.info("sparktf: rank %s (%s) is serving for the chief", rank,
-                        event.get("role", "?"))
-        elif kind == "error":
-            with self._lock:
-                first = not self.errors
-                self.errors.setdefault(int(rank), event)
-                on_error = self.on_error
-            if first and on_error is not None:
-                on_error()
-        elif self._on_event is not None:
-            self._on_event(event)
-
-
-def _ensure_log_handler() -> None:
-    """Shows sparktf's INFO lines (progress, worker logs) when the app set up no logging."""
-    root = logging.getLogger()
-    if logger.handlers or root.handlers:
-        return
-    handler = logging.StreamHandler()
-    handler.setLevel(logging.INFO)  # phases (DEBUG) only where the application asks
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)

@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from sparktf import tensorboard
-from sparktf._driver import failures, launch, pickling, schema, sessions
+from sparktf._driver import events, failures, launch, pickling, schema, sessions
 from sparktf._driver.resources import TaskResources
 from sparktf._executor import storage, training
 from sparktf._executor.row_checks import RowChecks
@@ -102,9 +102,9 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
         return TFEstimatorReader(cls)
 
     def _fit(self, dataset: DataFrame) -> TFModel:
-        launch.log_phase(None, "fit called")
+        events.log_phase(None, "fit called")
         self._validate(dataset)
-        launch.log_phase(None, "input checked")
+        events.log_phase(None, "input checked")
         run_dir = self._run_dir(sessions.Session(dataset.sparkSession).master)
         spec = self._train_spec(run_dir)
         payload = pickling.pickle_main(training.train_main, spec,
@@ -136,7 +136,7 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
             try:
                 results = launch.launch(spark, stage, frame, on_event=progress)
                 model = self._make_model(results)
-                launch.log_phase(None, "model made")
+                events.log_phase(None, "model made")
                 if "mlflow" in sys.modules:  # MLflow is optional: only if the app uses it
                     from sparktf.ml import tracking
                     tracking.log_fit(self, model)
