@@ -51,3 +51,26 @@ def test_only_the_newest_checkpoints_are_kept(tmp_path, remote, where):
     fresh = _model()
     checkpoint.restore(fresh, model_dir, found)
     np.testing.assert_array_equal(fresh.layers[0].kernel.numpy(), np.full((2, 1), 5.0))
+
+
+@pytest.mark.parametrize("where", ["local", "remote"])
+def test_with_an_evaluator_behind_checkpoints_stay_until_it_has_read_them(tmp_path, remote,
+                                                                       where):
+    """The chief keeps every checkpoint (``prune_older=False``); the evaluator removes the
+    ones it has read, never one of the ``KEEP`` newest, never one it has not read."""
+    model_dir = "remote://run" if where == "remote" else str(tmp_path / "run")
+    root = storage.join(model_dir, checkpoint.CHECKPOINTS)
+    model = _model()
+    for epoch in range(1, 6):
+        checkpoint.save(model, model_dir, epoch, {"loss": [1.0] * epoch}, is_chief=True,
+                        prune_older=False)
+    epochs = [f"epoch-0000{e}" for e in range(1, 6)]
+    assert storage.list_names(root) == epochs + [checkpoint.POINTER]
+    checkpoint.prune(model_dir, newest=5, read=1)  # the evaluator has read epoch 1 only
+    assert storage.list_names(root) == epochs[1:] + [checkpoint.POINTER]
+    checkpoint.prune(model_dir, newest=5, read=5)  # it has read them all
+    assert storage.list_names(root) == epochs[3:] + [checkpoint.POINTER]
+    import tensorflow as tf
+    for epoch in (2, 3):  # gone, with the errors the evaluator takes as "already replaced"
+        with pytest.raises((OSError, tf.errors.NotFoundError)):
+            checkpoint.restore(_model(), model_dir, checkpoint.at_epoch(epoch))

@@ -46,11 +46,14 @@ def _name(epoch: int) -> str:
     return f"epoch-{epoch:05d}"
 
 
-def save(model, model_dir: str, epoch: int, history: dict, is_chief: bool) -> None:
+def save(model, model_dir: str, epoch: int, history: dict, is_chief: bool,
+         prune_older: bool = True) -> None:
     """Writes the checkpoint after ``epoch`` epochs; only the chief's copy is committed.
 
     Every worker writes (TensorFlow expects all workers to take part under
-    MultiWorkerMirroredStrategy); the others write to a scratch folder.
+    MultiWorkerMirroredStrategy); the others write to a scratch folder. With
+    ``prune_older=False`` older checkpoints stay: an evaluator side-car that has not
+    read them yet removes them itself (``prune``).
     """
     import tensorflow as tf
 
@@ -64,7 +67,8 @@ def save(model, model_dir: str, epoch: int, history: dict, is_chief: bool) -> No
             return
         storage.put_dir(local, storage.join(_root(model_dir), name))
     _commit(model_dir, name)
-    _prune(model_dir, epoch)
+    if prune_older:
+        prune(model_dir, epoch)
 
 
 def _commit(model_dir: str, name: str) -> None:
@@ -83,11 +87,13 @@ def _commit(model_dir: str, name: str) -> None:
         storage.write_bytes(pointer, data)
 
 
-def _prune(model_dir: str, epoch: int) -> None:
-    """Removes the checkpoints older than the ``KEEP`` newest, on any filesystem."""
+def prune(model_dir: str, newest: int, read: int | None = None) -> None:
+    """Removes the checkpoints older than the ``KEEP`` newest (``newest`` is the last
+    committed epoch) and, with ``read``, only those up to that epoch, on any filesystem."""
+    last = newest - KEEP if read is None else min(read, newest - KEEP)
     root = _root(model_dir)
     for entry in storage.list_names(root):
-        if entry.startswith("epoch-") and int(entry[6:]) <= epoch - KEEP:
+        if entry.startswith("epoch-") and int(entry[6:]) <= last:
             storage.remove_dir(storage.join(root, entry))
 
 

@@ -5,7 +5,10 @@ stage, outside TensorFlow's cluster. It holds the validation rows and evaluates
 each checkpoint as the chief commits it, while training goes on: it waits for
 the next one with one blocking request to the driver (which hears of every
 committed epoch), restores it into its own copy of the model, and evaluates.
-Its metrics reach the driver in its result and join the model's history.
+The chief keeps every checkpoint while an evaluator runs; the evaluator removes
+those it has read (all but the newest ``checkpoint.KEEP``), so however far it
+falls behind, it evaluates every epoch. Its metrics reach the driver in its
+result and join the model's history.
 """
 
 from __future__ import annotations
@@ -48,5 +51,6 @@ def evaluate_checkpoints(spec: TrainSpec, ctx) -> dict:
                 ctx.emit("log", line=f"evaluator: epoch {epoch} " + " ".join(
                     f"{k}={v:.4f}" for k, v in logs.items()))
             done = max(done, int(notice["epoch"]))
+            checkpoint.prune(spec.model_dir, newest=done, read=done)
             if notice["finished"]:
                 return {"evaluation": dict(history)}

@@ -128,7 +128,7 @@ class EpochRunner:
             self.summaries.write(epoch + 1, logs)
             self.beat("checkpoint", epoch + 1)
             checkpoint.save(self.model, self.spec.model_dir, epoch + 1, dict(history),
-                            self.ctx.isChief)
+                            self.ctx.isChief, prune_older=not self.spec.evaluator)
             heartbeats.report_epoch(self.ctx, epoch + 1, self.spec.epochs, logs, self.rows_trained,
                                  time.monotonic() - started)
             if self.agree_to_stop():

@@ -77,7 +77,8 @@ def fit(spec, ctx, strategy, model, first_epoch: int, history: dict, plan,
                 self.history.setdefault(key, []).append(value)
             self.summaries.write(epoch + 1, logs)
             self.beat("checkpoint", epoch + 1)
-            checkpoint.save(model, spec.model_dir, epoch + 1, self.history, ctx.isChief)
+            checkpoint.save(model, spec.model_dir, epoch + 1, self.history, ctx.isChief,
+                            prune_older=not spec.evaluator)
             heartbeats.report_epoch(ctx, epoch + 1, spec.epochs, logs, sum(ctx.allNumRows),
                                  time.monotonic() - self.started)
 
