@@ -1,11 +1,28 @@
-"""Shared test helpers."""
+"""Shared test helpers, and the jobs that run beside the in-process tests (``Job``)."""
 
+import json
 import os
 import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 
 # Every JVM the tests start reads tests/spark-conf/spark-defaults.conf (why: that file).
-os.environ["SPARK_CONF_DIR"] = os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                            "spark-conf")
+os.environ["SPARK_CONF_DIR"] = os.path.join(ROOT, "tests", "spark-conf")
+
+# Every process this test run (or this job's driver script) starts inherits this tag, Spark's
+# JVMs, Python workers, spares and task processes included: the checks for processes left
+# behind look only at processes carrying their own run's tag, not at those of a job running
+# beside them (or of another Spark application on the machine).
+RUN_TAG = "SPARKTF_TEST_RUN"
+os.environ.setdefault(RUN_TAG, uuid.uuid4().hex)
 
 CHILD_MARKER = "sparktf._executor.child"
 SPARE_NAME = "sparktf-spare"  # sparktf._executor.spare.SPARE_NAME
@@ -31,19 +48,50 @@ def spare_pids() -> list[int]:
 
 
 def pids_with(marker: str) -> list[int]:
-    """PIDs of this machine's processes whose command line contains ``marker``."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    """PIDs of this run's processes (``RUN_TAG``) whose command line contains ``marker``."""
+    return [pid for pid in own_pids() if marker.encode() in _read(f"/proc/{pid}/cmdline")]
+
+
+def own_pids() -> list[int]:
+    """PIDs of the processes started by this test run (or job), wherever they were
+    reparented: those whose environment carries this run's ``RUN_TAG``."""
+    tag = f"{RUN_TAG}={os.environ[RUN_TAG]}".encode()
+    return [int(entry) for entry in os.listdir("/proc")
+            if entry.isdigit() and tag in _read(f"/proc/{entry}/environ").split(b"\0")]
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:  # gone meanwhile, or not ours to read
+        return b""
+
+
+def listening_ports() -> set[int]:
+    """The TCP ports this run's processes listen on."""
+    inodes = set()
+    for pid in own_pids():
         try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmdline = f.read()
+            fds = os.listdir(f"/proc/{pid}/fd")
         except OSError:
             continue
-        if marker.encode() in cmdline:
-            pids.append(int(entry))
-    return pids
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            next(f)
+            for line in f:
+                fields = line.split()
+                if fields[3] == "0A" and fields[9] in inodes:  # LISTEN, one of ours
+                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
 
 
 def wait_gone(pids, timeout: float = 30.0) -> list[int]:
@@ -68,31 +116,201 @@ def wait_gone(pids, timeout: float = 30.0) -> list[int]:
 CONFORMANCE: list[tuple] = []
 
 
-def run_driver_script(script: str, *args: str, timeout: float = 850) -> dict:
-    """Runs a driver script of tests/integration/scripts in its own process (its own
-    SparkSession) and returns its ``RESULT name {json}`` lines as ``{name: value}``."""
-    import json
-    import subprocess
-    import sys
+class Finished:
+    """What a job's process left: its exit code and output."""
 
-    root = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-    env = {k: v for k, v in os.environ.items() if k != "PYSPARK_PYTHON"}
-    env["PYTHONPATH"] = root
-    out = subprocess.run([sys.executable, script, *args], capture_output=True, text=True,
-                         env=env, timeout=timeout)
-    results = {}
-    for line in out.stdout.splitlines():
-        if line.startswith("RESULT "):
-            name, value = line[len("RESULT "):].split(" ", 1)
-            results[name] = json.loads(value)
-    assert out.returncode == 0, f"exit {out.returncode}; stderr tail:\n{out.stderr[-4000:]}"
-    return results
+    def __init__(self, returncode: int, stdout: str, stderr: str):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+    def results(self) -> dict:
+        """The ``RESULT name {json}`` lines of a driver script as ``{name: value}``, once it
+        exited 0."""
+        assert self.returncode == 0, \
+            f"exit {self.returncode}; output tail:\n{(self.stdout + self.stderr)[-4000:]}"
+        found = {}
+        for line in self.stdout.splitlines():
+            if line.startswith("RESULT "):
+                name, value = line[len("RESULT "):].split(" ", 1)
+                found[name] = json.loads(value)
+        return found
+
+
+class Job:
+    """A process of its own that tests wait for: a driver script with its own SparkSession
+    (or a notebook, or a driver on a terminal), run beside the in-process tests.
+
+    Declared at module level; ``pytest_collection_modifyitems`` starts the jobs of the
+    collected modules at once, one at a time in a background thread (longest first), and
+    moves those modules to the end of the run, so that the jobs use the CPU the in-process
+    tests leave idle (they wait on timeouts, barriers and JVMs for about a fifth of the run)
+    and, once those are done, the second core. ``finished()`` blocks until the job's
+    process has ended, running it here if no one has started it yet.
+    Set SPARKTF_TEST_BACKGROUND=0 to run every job in the test that needs it.
+
+    ``argv`` after the script: strings, and ``Job.WORKDIR`` for a fresh folder.
+    ``terminal``: the process runs on a pseudo-terminal of 40 x 120 (stdout and stderr
+    both on it; ``stdout`` is what was drawn).
+    """
+
+    WORKDIR = object()
+    declared: list["Job"] = []
+
+    def __init__(self, name: str, script: str, *argv, expected_s: float,
+                 terminal: bool = False, timeout_s: float = 850):
+        self.name, self.script, self.argv = name, script, argv
+        self.expected_s, self.terminal, self.timeout_s = expected_s, terminal, timeout_s
+        self._lock = threading.Lock()
+        self._state = "new"  # -> "running" -> "done"
+        self._done = threading.Event()
+        self._finished: Finished | None = None
+        self._proc: subprocess.Popen | None = None
+        self._workdirs: list[str] = []
+        Job.declared.append(self)
+
+    def claim(self) -> bool:
+        """Takes the job to run it (once)."""
+        with self._lock:
+            if self._state != "new":
+                return False
+            self._state = "running"
+            return True
+
+    def finished(self) -> Finished:
+        if self.claim():
+            self.run()
+        self._done.wait()
+        return self._finished
+
+    def run(self) -> None:
+        started = time.monotonic()
+        try:
+            self._finished = self._execute()
+        except BaseException as e:  # noqa: BLE001 - reported to the test that waits
+            self._finished = Finished(-1, "", f"{type(e).__name__}: {e}")
+        finally:
+            self.seconds = time.monotonic() - started
+            self._state = "done"
+            self._done.set()
+
+    def _execute(self) -> Finished:
+        args = []
+        for arg in self.argv:
+            if arg is Job.WORKDIR:
+                self._workdirs.append(tempfile.mkdtemp(prefix=f"sparktf-{self.name}-"))
+                arg = self._workdirs[-1]
+            args.append(arg)
+        env = {k: v for k, v in os.environ.items() if k != "PYSPARK_PYTHON"}
+        env.update(PYTHONPATH=ROOT, **{RUN_TAG: uuid.uuid4().hex})  # its own processes
+        command = [sys.executable, os.path.join(ROOT, self.script), *args]
+        if self.terminal:
+            return self._on_terminal(command, env)
+        self._proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, env=env, start_new_session=True)
+        try:
+            stdout, stderr = self._proc.communicate(timeout=self.timeout_s)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            stdout, stderr = self._proc.communicate()
+            stderr += f"\n[test] {self.name}: stopped after {self.timeout_s} s"
+        return Finished(self._proc.returncode, stdout, stderr)
+
+    def _on_terminal(self, command, env) -> Finished:
+        import fcntl
+        import pty
+        import struct
+        import termios
+
+        controller, terminal = pty.openpty()
+        # a terminal window of 40 rows x 120 columns, as a user's (a new pty has no size)
+        fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+        self._proc = subprocess.Popen(command, stdin=terminal, stdout=terminal,
+                                      stderr=terminal, env=env, close_fds=True,
+                                      start_new_session=True)
+        os.close(terminal)
+        timer = threading.Timer(self.timeout_s, self.stop)
+        timer.start()
+        chunks = []
+        try:
+            while True:
+                try:
+                    chunk = os.read(controller, 65536)  # blocks; EIO once the process ended
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        finally:
+            timer.cancel()
+            os.close(controller)
+        return Finished(self._proc.wait(), b"".join(chunks).decode(errors="replace"), "")
+
+    def stop(self) -> None:
+        """Ends the job's process and everything it started (its own process group)."""
+        if self._proc is not None and self._proc.poll() is None:
+            try:
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def cleanup(self) -> None:
+        self.stop()
+        for workdir in self._workdirs:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _jobs_of(module) -> list[Job]:
+    """The jobs a test module declares: module attributes that are a ``Job`` or a dict of them."""
+    found = []
+    for value in vars(module).values():
+        if isinstance(value, dict):
+            found += [v for v in value.values() if isinstance(v, Job)]
+        elif isinstance(value, Job):
+            found.append(value)
+    return found
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Moves the modules that wait for jobs to the end and starts their jobs (``Job``)."""
+    jobs = list(dict.fromkeys(job for item in items if item.module is not None
+                              for job in _jobs_of(item.module)))
+    if not jobs or os.environ.get("SPARKTF_TEST_BACKGROUND", "1") == "0":
+        return
+    queue = sorted(jobs, key=lambda job: -job.expected_s)
+    # at the end, the tests wait for the jobs the background thread reaches last first:
+    # a job not yet started then runs in the test, so both lanes drain the queue
+    rank = {job: i for i, job in enumerate(queue)}
+    last = {item: max((rank[j] for j in _jobs_of(item.module)), default=None)
+            for item in items}
+    items[:] = ([i for i in items if last[i] is None] +
+                sorted((i for i in items if last[i] is not None), key=lambda i: -last[i]))
+
+    def drain():
+        for job in queue:
+            if job.claim():
+                job.run()
+
+    thread = threading.Thread(target=drain, name="sparktf-test-jobs", daemon=True)
+    thread.start()
+    config._sparktf_jobs = (thread, jobs)
+
+
+def pytest_sessionfinish(session):
+    thread, jobs = getattr(session.config, "_sparktf_jobs", (None, Job.declared))
+    for job in jobs:
+        job.cleanup()
+    if thread is not None:
+        thread.join(timeout=60)
 
 
 def pytest_terminal_summary(terminalreporter):
+    write = terminalreporter.write_line
+    ran = [job for job in Job.declared if hasattr(job, "seconds")]
+    if ran:
+        write("")
+        write("Jobs run beside the in-process tests (their own driver processes): "
+              + ", ".join(f"{job.name} {job.seconds:.0f} s" for job in ran))
     if not CONFORMANCE:
         return
-    write = terminalreporter.write_line
     write("")
     write("Keras conformance: TFEstimator.fit vs keras Model.fit on the same rows "
           "(max relative difference over the history and predictions)")

@@ -5,25 +5,23 @@ evaluator), so one driver process (``scripts/async_jobs.py``) runs every scenari
 on its own local-cluster[3,2,1024] and reports what it found; the tests check it.
 """
 
-import os
-
 import numpy as np
 import pytest
 
 from tests import conftest
 from tests.integration import data
 
-SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "async_jobs.py")
 SCENARIOS = ["ps_regression", "run_ps", "evaluator_ps0", "evaluator_ps1", "ps_parquet",
              "task_cpus"]
+JOB = conftest.Job("async", "tests/integration/scripts/async_jobs.py", conftest.Job.WORKDIR,
+                   *SCENARIOS, expected_s=95)
 
 pytestmark = pytest.mark.timeout(900)
 
 
 @pytest.fixture(scope="module")
-def found(tmp_path_factory):
-    return conftest.run_driver_script(SCRIPT, str(tmp_path_factory.mktemp("async")),
-                                      *SCENARIOS)
+def found():
+    return JOB.finished().results()
 
 
 def test_parameter_server_training_converges_to_known_coefficients(found):

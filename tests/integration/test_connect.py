@@ -5,24 +5,22 @@ one client process (``scripts/connect_jobs.py``) runs every scenario and reports
 what it found; the tests check it.
 """
 
-import os
-
 import pytest
 
 from tests import conftest
 
-SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "connect_jobs.py")
 SCENARIOS = ["fit_transform", "run_with_df", "bad_input", "pipeline_persistence",
              "cross_validator", "train_validation_split", "streaming"]
+JOB = conftest.Job("connect", "tests/integration/scripts/connect_jobs.py",
+                   conftest.Job.WORKDIR, *SCENARIOS, expected_s=110)
 
 pytestmark = pytest.mark.timeout(900)
 
 
 @pytest.fixture(scope="module")
-def found(tmp_path_factory):
+def found():
     pytest.importorskip("zstandard", reason="pip install 'sparktf[connect]'")
-    results = conftest.run_driver_script(SCRIPT, str(tmp_path_factory.mktemp("connect")),
-                                         *SCENARIOS)
+    results = JOB.finished().results()
     assert results.get("session", {}).get("type", "").startswith("pyspark.sql.connect")
     return results
 

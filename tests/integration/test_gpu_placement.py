@@ -1,32 +1,28 @@
 """GPU placement from Spark's resource scheduler, proven on CPU with a fake discovery script."""
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 
-SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "fake_gpu_job.py")
-PAIR_SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "fake_gpu_pair_job.py")
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+from tests import conftest
+
+GPU_SCRIPT = "tests/integration/scripts/fake_gpu_job.py"
+JOBS = {
+    "one each": conftest.Job("gpu-one", GPU_SCRIPT, conftest.Job.WORKDIR, "1", expected_s=33),
+    # half a GPU per task, on executors whose environment already names their GPUs 7,8,9
+    "half, inherited": conftest.Job("gpu-half-inherited", GPU_SCRIPT, conftest.Job.WORKDIR,
+                                    "0.5", "7,8,9", expected_s=30),
+    "pairs": conftest.Job("gpu-pairs", "tests/integration/scripts/fake_gpu_pair_job.py",
+                          conftest.Job.WORKDIR, expected_s=42),
+}
 
 pytestmark = pytest.mark.timeout(600)
 
 
-def _run(tmp_path, amount, inherited=None, script=SCRIPT):
-    env = {k: v for k, v in os.environ.items() if k != "PYSPARK_PYTHON"}
-    env["PYTHONPATH"] = ROOT
-    args = [sys.executable, script, str(tmp_path)] + ([amount] if amount else []) + \
-        ([inherited] if inherited else [])
-    out = subprocess.run(args, capture_output=True, text=True, env=env, timeout=500)
-    line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
-    assert line, f"no result; stderr tail:\n{out.stderr[-3000:]}"
-    return json.loads(line[len("RESULT "):])
+def _found(job):
+    return JOBS[job].finished().results()["gpu"]
 
 
-def test_each_task_sees_exactly_the_gpu_spark_assigned(tmp_path):
-    result = _run(tmp_path, "1")
+def test_each_task_sees_exactly_the_gpu_spark_assigned():
+    result = _found("one each")
     for task in result["training"]:
         assert len(task["assigned"]) == 1
         assert task["cuda"] == task["assigned"][0]  # exported before TensorFlow started
@@ -38,8 +34,8 @@ def test_each_task_sees_exactly_the_gpu_spark_assigned(tmp_path):
         assert task["cuda"] == task["assigned"][0]
 
 
-def test_addresses_index_into_the_executors_own_cuda_visible_devices(tmp_path):
-    result = _run(tmp_path, "1", inherited="7,8,9")
+def test_addresses_index_into_the_executors_own_cuda_visible_devices():
+    result = _found("half, inherited")
     for task in result["training"] + result["training_again"]:
         assert task["cuda"] == ",".join("789"[int(a)] for a in task["assigned"])
     for task in result["inference"]:  # TensorFlow sees 7,8,9 as its GPUs 0,1,2
@@ -47,14 +43,15 @@ def test_addresses_index_into_the_executors_own_cuda_visible_devices(tmp_path):
         assert task["before"] == task["after"] == "7,8,9"
 
 
-def test_fractional_amounts_share_the_assigned_gpu(tmp_path):
-    result = _run(tmp_path, "0.5")
-    for task in result["training"]:
-        assert len(task["assigned"]) == 1 and task["cuda"] == task["assigned"][0]
+def test_fractional_amounts_share_the_assigned_gpu():
+    result = _found("half, inherited")
+    for task in result["training"] + result["training_again"]:
+        assert len(task["assigned"]) == 1  # half of one GPU: that GPU, as for a whole one
+        assert task["cuda"] == "789"[int(task["assigned"][0])]
 
 
-def test_executors_with_two_gpus_each_run_one_task_per_gpu_on_reused_workers(tmp_path):
-    result = _run(tmp_path, None, script=PAIR_SCRIPT)
+def test_executors_with_two_gpus_each_run_one_task_per_gpu_on_reused_workers():
+    result = _found("pairs")
     refusal = result["refusal"]
     assert refusal and "Set spark.worker.resource.gpu.amount" in refusal["message"], refusal
     assert refusal["seconds"] < 30, refusal  # not after minutes of waiting

@@ -16,23 +16,11 @@ from tests.integration import data, models
 pytestmark = pytest.mark.timeout(900)
 FITS = 12
 SPARE_IDLE_S = 10
-SPARE_SCRIPT = "tests/integration/scripts/spare_job.py"
+SPARES_JOB = conftest.Job("spares", "tests/integration/scripts/spare_job.py", expected_s=26)
 
 
 def broken(hparams):
     raise RuntimeError("deliberately broken modelFn")
-
-
-def _listening_ports() -> set[int]:
-    ports = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with open(table) as f:
-            next(f)
-            for line in f:
-                fields = line.split()
-                if fields[3] == "0A":  # LISTEN
-                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-    return ports
 
 
 def _rss_mb() -> float:
@@ -67,7 +55,7 @@ def _dozen_fits(spark, capsys):
             good.fit(df)
         assert wait_gone(child_pids()) == [], f"task processes left after fit {i + 1}"
         gc.collect()
-        rows.append((i + 1, failing, threading.active_count(), len(_listening_ports()),
+        rows.append((i + 1, failing, threading.active_count(), len(conftest.listening_ports()),
                      _rss_mb(), len(spare_pids())))
         spares_seen.append(sorted(spare_pids()))
     with capsys.disabled():
@@ -90,7 +78,7 @@ def _dozen_fits(spark, capsys):
 def test_spares_serve_every_job_and_end_with_the_session():
     """Two runs in one session: every task process is forked by a spare (none started
     from scratch after the first), and nothing is left once the session stops."""
-    found = conftest.run_driver_script(SPARE_SCRIPT)
+    found = SPARES_JOB.finished().results()
     runs = found["runs"]
     print("\nruns (rank, pid, parent):", [[(r["rank"], r["pid"], r["ppid"]) for r in run]
                                          for run in runs])

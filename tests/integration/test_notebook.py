@@ -5,20 +5,23 @@ import os
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
+
+from tests import conftest
 
 NOTEBOOKS = os.path.join(os.path.dirname(__file__), "..", "..", "notebooks")
+NAMES = sorted(n for n in os.listdir(NOTEBOOKS) if n.endswith(".ipynb"))
+JOBS = {name: conftest.Job(f"notebook {name}", "tests/integration/scripts/notebook_job.py",
+                           os.path.join(NOTEBOOKS, name), conftest.Job.WORKDIR, expected_s=72)
+        for name in NAMES}
 
 pytestmark = pytest.mark.timeout(900)
 
 
-@pytest.mark.parametrize("name", sorted(n for n in os.listdir(NOTEBOOKS) if n.endswith(".ipynb")))
-def test_notebook_executes(name, tmp_path):
-    with open(os.path.join(NOTEBOOKS, name)) as f:
-        notebook = nbformat.read(f, as_version=4)
-    client = NotebookClient(notebook, timeout=600, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path)}})
-    client.execute()
+@pytest.mark.parametrize("name", NAMES)
+def test_notebook_executes(name):
+    ran = JOBS[name].finished().results()["notebook"]
+    assert ran["error"] is None, ran["error"]
+    notebook = nbformat.read(ran["path"], as_version=4)
     outputs = [o for cell in notebook.cells if cell.cell_type == "code"
                for o in cell.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]

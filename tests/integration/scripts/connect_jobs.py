@@ -15,6 +15,9 @@ import sys
 import traceback
 
 
+FITTED = {}  # the digits model of fit_transform, scored again by streaming
+
+
 def emit(name, value):
     print(f"\nRESULT {name} {json.dumps(value)}", flush=True)
 
@@ -42,7 +45,7 @@ def fit_transform(spark, workdir):
     est = TFEstimator(modelFn=models.digits_mlp, numWorkers=2, epochs=4, batchSize=64,
                       learningRate=0.01, validationFraction=0.2, seed=1,
                       modelDir=os.path.join(workdir, "fit"))
-    model = est.fit(train)
+    model = FITTED["digits"] = est.fit(train)
     scored = model.transform(test)
     accuracy = MulticlassClassificationEvaluator(metricName="accuracy").evaluate(scored)
     test.createOrReplaceTempView("digits_test")
@@ -157,8 +160,9 @@ def streaming(spark, workdir):
     from sparktf.ml import TFEstimator
     from tests.integration import models
     train, test = digits(spark)
-    model = TFEstimator(modelFn=models.digits_mlp, numWorkers=1, epochs=2, batchSize=64,
-                        learningRate=0.01).fit(train)
+    model = FITTED.get("digits") or TFEstimator(
+        modelFn=models.digits_mlp, numWorkers=1, epochs=2, batchSize=64,
+        learningRate=0.01).fit(train)
     source = os.path.join(workdir, "stream-in")
     test.write.parquet(source)
     stream = spark.readStream.schema(test.schema).parquet(source)

@@ -73,7 +73,7 @@ def main() -> int:
         again = sparktf.run(spark, training_main, numWorkers=2, useGpu=True)
     finally:
         spark.stop()
-    print("RESULT " + json.dumps({"training": training, "inference": inference,
+    print("RESULT gpu " + json.dumps({"training": training, "inference": inference,
                                     "training_again": again}))
     return 0
 

@@ -96,7 +96,7 @@ def main() -> int:
             ).collect()]
     finally:
         spark.stop()
-    print("RESULT " + json.dumps({"refusal": refusal, "training": training,
+    print("RESULT gpu " + json.dumps({"refusal": refusal, "training": training,
                                    "scoring": scoring}))
     return 0
 
