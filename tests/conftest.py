@@ -281,7 +281,11 @@ def pytest_collection_modifyitems(session, config, items):
     rank = {job: i for i, job in enumerate(queue)}
     last = {item: max((rank[j] for j in _jobs_of(item.module)), default=None)
             for item in items}
-    items[:] = ([i for i in items if last[i] is None] +
+    # the unit tests first: they mostly wait (timeouts, a spare's idle end), which the jobs
+    # fill; then the in-process integration tests; then the modules that read the jobs
+    unit = os.path.join(ROOT, "tests", "unit")
+    items[:] = (sorted((i for i in items if last[i] is None),
+                       key=lambda i: not str(i.path).startswith(unit)) +
                 sorted((i for i in items if last[i] is not None), key=lambda i: -last[i]))
 
     def drain():

@@ -15,7 +15,7 @@ from tests.integration import data, models
 
 pytestmark = pytest.mark.timeout(900)
 FITS = 12
-SPARE_IDLE_S = 10
+SPARE_IDLE_S = 5
 SPARES_JOB = conftest.Job("spares", "tests/integration/scripts/spare_job.py", expected_s=26)
 
 

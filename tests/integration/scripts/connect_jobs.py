@@ -14,7 +14,6 @@ import os
 import sys
 import traceback
 
-
 FITTED = {}  # the digits model of fit_transform, scored again by streaming
 
 
