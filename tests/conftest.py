@@ -261,7 +261,7 @@ class Job:
 def _jobs_of(module) -> list[Job]:
     """The jobs a test module declares: module attributes that are a ``Job`` or a dict of them."""
     found = []
-    for value in vars(module).values():
+    for value in vars(module).values() if module is not None else ():
         if isinstance(value, dict):
             found += [v for v in value.values() if isinstance(v, Job)]
         elif isinstance(value, Job):
@@ -271,15 +271,17 @@ def _jobs_of(module) -> list[Job]:
 
 def pytest_collection_modifyitems(session, config, items):
     """Moves the modules that wait for jobs to the end and starts their jobs (``Job``)."""
-    jobs = list(dict.fromkeys(job for item in items if item.module is not None
-                              for job in _jobs_of(item.module)))
-    if not jobs or os.environ.get("SPARKTF_TEST_BACKGROUND", "1") == "0":
+    jobs = list(dict.fromkeys(job for item in items
+                              for job in _jobs_of(getattr(item, "module", None))))
+    if (not jobs or config.option.collectonly
+            or os.environ.get("SPARKTF_TEST_BACKGROUND", "1") == "0"):
         return
     queue = sorted(jobs, key=lambda job: -job.expected_s)
     # at the end, the tests wait for the jobs the background thread reaches last first:
     # a job not yet started then runs in the test, so both lanes drain the queue
     rank = {job: i for i, job in enumerate(queue)}
-    last = {item: max((rank[j] for j in _jobs_of(item.module)), default=None)
+    last = {item: max((rank[j] for j in _jobs_of(getattr(item, "module", None))),
+                      default=None)
             for item in items}
     # the unit tests first: they mostly wait (timeouts, a spare's idle end), which the jobs
     # fill; then the in-process integration tests; then the modules that read the jobs
