@@ -66,9 +66,9 @@ def test_with_an_evaluator_behind_checkpoints_stay_until_it_has_read_them(tmp_pa
                         prune_older=False)
     epochs = [f"epoch-0000{e}" for e in range(1, 6)]
     assert storage.list_names(root) == epochs + [checkpoint.POINTER]
-    checkpoint.prune(model_dir, newest=5, read=1)  # the evaluator has read epoch 1 only
+    checkpoint.prune(model_dir, 3)  # the evaluator has read up to epoch 3; 4 and 5 are new
     assert storage.list_names(root) == epochs[1:] + [checkpoint.POINTER]
-    checkpoint.prune(model_dir, newest=5, read=5)  # it has read them all
+    checkpoint.prune(model_dir, 5)  # it has read them all
     assert storage.list_names(root) == epochs[3:] + [checkpoint.POINTER]
     import tensorflow as tf
     for epoch in (2, 3):  # gone, with the errors the evaluator takes as "already replaced"

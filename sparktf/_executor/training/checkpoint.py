@@ -87,13 +87,13 @@ def _commit(model_dir: str, name: str) -> None:
         storage.write_bytes(pointer, data)
 
 
-def prune(model_dir: str, newest: int, read: int | None = None) -> None:
-    """Removes the checkpoints older than the ``KEEP`` newest (``newest`` is the last
-    committed epoch) and, with ``read``, only those up to that epoch, on any filesystem."""
-    last = newest - KEEP if read is None else min(read, newest - KEEP)
+def prune(model_dir: str, epoch: int) -> None:
+    """Removes the checkpoints more than ``KEEP`` epochs older than ``epoch``, on any
+    filesystem: the chief's newest, or the newest the evaluator side-car has read (those
+    committed after it are kept)."""
     root = _root(model_dir)
     for entry in storage.list_names(root):
-        if entry.startswith("epoch-") and int(entry[6:]) <= last:
+        if entry.startswith("epoch-") and int(entry[6:]) <= epoch - KEEP:
             storage.remove_dir(storage.join(root, entry))
 
 

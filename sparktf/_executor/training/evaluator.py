@@ -51,6 +51,6 @@ def evaluate_checkpoints(spec: TrainSpec, ctx) -> dict:
                 ctx.emit("log", line=f"evaluator: epoch {epoch} " + " ".join(
                     f"{k}={v:.4f}" for k, v in logs.items()))
             done = max(done, int(notice["epoch"]))
-            checkpoint.prune(spec.model_dir, newest=done, read=done)
+            checkpoint.prune(spec.model_dir, done)
             if notice["finished"]:
                 return {"evaluation": dict(history)}
