@@ -94,6 +94,16 @@ def listening_ports() -> set[int]:
     return ports
 
 
+HARNESS_THREAD = "sparktf-test-"  # the name prefix of the threads the jobs (Job) run on
+
+
+def driver_threads() -> list[str]:
+    """The names of this process's threads, less the test harness's own (the jobs' thread
+    and their timers come and go while the tests run, whatever sparktf does)."""
+    return sorted(t.name for t in threading.enumerate()
+                  if not t.name.startswith(HARNESS_THREAD))
+
+
 def wait_gone(pids, timeout: float = 30.0) -> list[int]:
     """Blocks (pidfd, bounded) until the processes exit; returns those still alive."""
     alive = []
@@ -228,6 +238,7 @@ class Job:
                                       start_new_session=True)
         os.close(terminal)
         timer = threading.Timer(self.timeout_s, self.stop)
+        timer.name = f"{HARNESS_THREAD}{self.name}-timeout"
         timer.start()
         chunks = []
         try:
@@ -295,7 +306,7 @@ def pytest_collection_modifyitems(session, config, items):
             if job.claim():
                 job.run()
 
-    thread = threading.Thread(target=drain, name="sparktf-test-jobs", daemon=True)
+    thread = threading.Thread(target=drain, name=f"{HARNESS_THREAD}jobs", daemon=True)
     thread.start()
     config._sparktf_jobs = (thread, jobs)
 

@@ -3,7 +3,6 @@
 
 import gc
 import resource
-import threading
 
 import pytest
 
@@ -55,8 +54,8 @@ def _dozen_fits(spark, capsys):
             good.fit(df)
         assert wait_gone(child_pids()) == [], f"task processes left after fit {i + 1}"
         gc.collect()
-        rows.append((i + 1, failing, threading.active_count(), len(conftest.listening_ports()),
-                     _rss_mb(), len(spare_pids())))
+        rows.append((i + 1, failing, len(conftest.driver_threads()),
+                     len(conftest.listening_ports()), _rss_mb(), len(spare_pids())))
         spares_seen.append(sorted(spare_pids()))
     with capsys.disabled():
         print("\nfit  failed  driver threads  listening ports  driver RSS MB  spares")
@@ -70,7 +69,8 @@ def _dozen_fits(spark, capsys):
     assert wait_gone(spare_pids(), SPARE_IDLE_S + 60) == [], \
         f"spares alive after {SPARE_IDLE_S} s idle"
     warm = rows[4:]  # after the first fits have loaded everything once
-    assert max(r[2] for r in warm) == min(r[2] for r in warm), "driver threads grow"
+    assert max(r[2] for r in warm) == min(r[2] for r in warm), \
+        f"driver threads grow: now {conftest.driver_threads()}"
     assert max(r[3] for r in warm) <= min(r[3] for r in warm) + 1, "listening ports grow"
     assert warm[-1][4] - warm[0][4] < 100, "driver memory grows"
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import sparktf
-from tests.conftest import child_pids, wait_gone
+from tests.conftest import child_pids, driver_threads, wait_gone
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -105,7 +105,7 @@ def _fail_at(args, ctx):
 @pytest.mark.parametrize("when,rank", [("early", 1), ("late", 0)])
 def test_a_failing_task_surfaces_with_rank_role_traceback_and_stops_the_others(spark, when,
                                                                                rank):
-    threads_before = threading.active_count()
+    threads_before = driver_threads()
     started = time.monotonic()
     with pytest.raises(sparktf.TaskFailedError) as info:
         sparktf.run(spark, _fail_at, {"when": when, "rank": rank}, numWorkers=2)
@@ -117,7 +117,8 @@ def test_a_failing_task_surfaces_with_rank_role_traceback_and_stops_the_others(s
     assert "about to fail" in err.log_tail
     assert elapsed < 120, f"failure took {elapsed:.0f} s to surface"
     assert wait_gone(child_pids()) == [], "task processes left behind"
-    assert threading.active_count() <= threads_before
+    assert len(driver_threads()) <= len(threads_before), \
+        f"driver threads left behind: {threads_before} before, {driver_threads()} after"
     # the cluster is usable again
     assert sparktf.run(spark, lambda a, c: c.rank, numWorkers=2) == [0, 1]
 
