@@ -32,6 +32,7 @@ import cloudpickle
 
 from sparktf._executor import spare
 from sparktf._protocol.wire import DONE_LINE, phase
+from sparktf.errors import InvalidInputError
 
 
 def _preimport() -> None:
@@ -50,8 +51,11 @@ def _run(payload_path: str) -> tuple[str, object]:
         main_fn, args = cloudpickle.loads(payload)
         return "ok", main_fn(args, ctx)
     except BaseException as e:  # everything, including SystemExit from user code
+        # the user's data at fault (a column its model input cannot take): the driver
+        # raises InvalidInputError, and no relaunch is tried
         return "error", {"message": f"{type(e).__name__}: {e}",
-                         "traceback": traceback.format_exc()}
+                         "traceback": traceback.format_exc(),
+                         "invalid_input": isinstance(e, InvalidInputError)}
 
 
 def _task() -> None:

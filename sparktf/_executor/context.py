@@ -10,7 +10,8 @@ import dataclasses
 import sys
 from typing import Any, Sequence
 
-from sparktf._executor import feed, servers
+from sparktf._executor import columns, feed, servers
+from sparktf._executor.columns import ColumnInfo
 from sparktf._protocol.wire import phase, write_event
 
 
@@ -43,8 +44,10 @@ class TaskContext:
     assignedGpus : tuple of str
         The GPU addresses Spark assigned the task (``TaskContext.resources()``).
     feedSpec : dict
-        Column -> (numpy dtype name, width; 0 for a scalar) of the input rows, the same
-        on every task, including those that received no rows.
+        Column -> ``ColumnInfo`` of the input rows over every task (the same on every
+        task, including those that received no rows): ``dtype`` (numpy dtype name of the
+        values, ``"str"``/``"bytes"`` for strings and binary), ``shape`` (row shape,
+        ``None`` where arrays vary in length), ``longest`` (the longest such row).
     """
 
     jobName: str
@@ -80,12 +83,14 @@ class TaskContext:
                 columns: Sequence[str] | None = None):
         """This task's share of the input DataFrame as a ``tf.data.Dataset`` of dicts.
 
-        Each element maps a column name to a batch of ``batch_size`` rows (the
-        last one may be smaller): vectors and arrays as float32 ``[batch, width]``,
-        numbers as float32 or int64 ``[batch]``. Rows come from a local,
-        Arrow file read one record batch at a time, so the dataset can be iterated
-        once per epoch with bounded memory.
-        With ``shuffle``, chunk order and rows within chunks change every pass.
+        Each element maps a column name to a batch of ``batch_size`` rows (the last one
+        may be smaller), in the column's own type: numbers as their dtype (``bigint``
+        int64, ``double`` float64), booleans, strings and binary as ``tf.string``,
+        arrays as ``[batch, ...]`` tensors (nested ones N-d), ml Vectors as float32
+        ``[batch, width]``, and arrays whose length varies as a ``tf.RaggedTensor``.
+        Rows come from a local Arrow file read one record batch at a time, so the dataset
+        can be iterated once per epoch with bounded memory. With ``shuffle``, chunk order
+        and rows within chunks change every pass.
         """
         import tensorflow as tf
 
@@ -93,22 +98,37 @@ class TaskContext:
             raise ValueError("This job was started without a DataFrame; pass df= to "
                              "sparktf.run to feed data to the tasks.")
         names = list(columns or self.shard.columns)
-        template = feed.empty_batch(self.shard, names)
-        signature = {n: tf.TensorSpec((None,) + a.shape[1:], tf.as_dtype(a.dtype))
-                     for n, a in template.items()}
+        infos = {n: _info(self.feedSpec.get(n)) for n in names}
         shard = self.shard
         passes = iter(range(sys.maxsize))
 
-        def chunks():
+        def pass_seed():
             if not shuffle:
-                return feed.read_chunks(shard, names)
+                return None
             import numpy as np
-            pass_seed = (int(np.random.SeedSequence().entropy % 2**31) if seed is None
-                         else seed + next(passes))
-            return feed.shuffled_chunks(shard, names, pass_seed)
+            return (int(np.random.SeedSequence().entropy % 2**31) if seed is None
+                    else seed + next(passes))
 
-        ds = tf.data.Dataset.from_generator(chunks, output_signature=signature)
-        return ds.rebatch(batch_size).prefetch(tf.data.AUTOTUNE)
+        if not any(i is not None and (i.varies or i.is_text) for i in infos.values()):
+            # numbers only: whole chunks into TensorFlow, re-batched there
+            template = feed.empty_batch(names, infos)
+            signature = {n: tf.TensorSpec((None,) + a.shape[1:], tf.as_dtype(a.dtype))
+                         for n, a in template.items()}
+
+            def chunks():
+                return feed.shuffled_chunks(shard, names, pass_seed())
+
+            ds = tf.data.Dataset.from_generator(chunks, output_signature=signature)
+            return ds.rebatch(batch_size).prefetch(tf.data.AUTOTUNE)
+
+        def batches():
+            for batch in feed.step_batches(shard, feed.batch_sizes(shard.num_rows, batch_size),
+                                           names, pass_seed(), infos):
+                yield {n: _tensor(batch[n], infos[n]) for n in names}
+
+        signature = {n: _tensor_spec(infos[n]) for n in names}
+        ds = tf.data.Dataset.from_generator(batches, output_signature=signature)
+        return ds.prefetch(tf.data.AUTOTUNE)
 
     def serve(self) -> None:
         """With parameter servers, on a ``ps`` or ``worker`` task: starts this task's
@@ -136,3 +156,28 @@ class TaskContext:
         """Marks a start-up or shutdown phase (timestamped; a DEBUG record on the driver's
         ``sparktf.phases`` logger, which ``bench/startup_bench.py`` tabulates)."""
         phase(name, self.rank)
+
+
+def _info(value) -> ColumnInfo | None:
+    return value if value is None or isinstance(value, ColumnInfo) else \
+        ColumnInfo.from_json(value)
+
+
+def _tensor_spec(info: ColumnInfo):
+    import tensorflow as tf
+
+    dtype = tf.string if info.is_text else tf.as_dtype(info.dtype)
+    if info.varies:
+        return tf.RaggedTensorSpec((None, None, *info.shape[1:]), dtype, ragged_rank=1)
+    return tf.TensorSpec((None, *info.shape), dtype)
+
+
+def _tensor(values, info: ColumnInfo):
+    """A batch of one column as a tensor: a ``tf.RaggedTensor`` where lengths vary."""
+    import tensorflow as tf
+
+    if not info.varies:
+        return values
+    if isinstance(values, columns.Padded):
+        return tf.RaggedTensor.from_tensor(values.values, lengths=values.lengths)
+    return tf.RaggedTensor.from_tensor(values)

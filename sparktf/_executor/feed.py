@@ -1,11 +1,12 @@
 """Arrow record batches -> a local, memory-mapped shard -> numpy batches for TensorFlow.
 
-The barrier task receives its partition as Arrow record batches. Each batch is
-normalised (vectors and arrays to fixed-width float32 lists, numbers to
-float32/int64) and appended to an Arrow IPC file on local disk, so Python holds
-one batch at a time whatever the partition's size. Epochs read the file back
-one record batch at a time (in a shuffled order when asked): resident memory
-stays about one batch, and the page cache keeps hot data without counting
+The barrier task receives its partition as Arrow record batches. Each batch keeps
+its columns' own types (``columns.spill_array``: int64 stays int64, strings stay
+strings, arrays stay lists; ml Vectors become fixed-width float32 lists) and is
+appended to an Arrow IPC file on local disk, so Python holds one batch at a time
+whatever the partition's size. Epochs read the file back one record batch at a time
+(in a shuffled order when asked) as numpy (``columns.chunk_values``): resident
+memory stays about one batch, and the page cache keeps hot data without counting
 against the process.
 """
 
@@ -18,125 +19,47 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 
+from sparktf._executor import columns as kinds
 from sparktf._executor import storage
+from sparktf._executor.columns import ColumnInfo, FeedError
 
-_VECTOR_FIELDS = {"type", "size", "indices", "values"}
-
-
-class FeedError(ValueError):
-    """A column's data cannot be fed to TensorFlow."""
+__all__ = ["FeedError", "Shard", "spill", "read_chunks", "step_batches", "step_rows"]
 
 
 @dataclasses.dataclass(frozen=True)
 class Shard:
-    """One task's spilled partition: where it lies, its columns, how many rows."""
+    """One task's spilled partition: where it lies, its columns, how many rows, and what
+    each column holds over those rows (``ColumnInfo``; none for an empty shard)."""
 
     path: str
     columns: tuple[str, ...]
-    widths: tuple[int, ...]  # 0 for a scalar column, else the vector length
     num_rows: int
-    dtypes: tuple[str, ...] = ()  # numpy dtype name of each column's values
+    infos: tuple = ()  # ColumnInfo per column, in ``columns`` order
 
-    def describe(self) -> dict[str, tuple[str, int]]:
-        """Column -> (dtype, width): enough to parse the rows without the file."""
-        return {c: (d, w) for c, d, w in zip(self.columns, self.dtypes, self.widths)}
-
-
-def is_vector_type(t: pa.DataType) -> bool:
-    """Whether an Arrow type is how Spark sends an ml ``VectorUDT``."""
-    return pa.types.is_struct(t) and {t.field(i).name for i in range(t.num_fields)} == \
-        _VECTOR_FIELDS
+    def describe(self) -> dict[str, list]:
+        """Column -> ``ColumnInfo`` as JSON: enough to parse the rows without the file."""
+        return {c: i.as_json() for c, i in zip(self.columns, self.infos)}
 
 
-def _list_to_matrix(arr: pa.Array, name: str) -> np.ndarray:
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
-    if len(arr) == 0:
-        return np.zeros((0, 0), dtype=np.float32)
-    if pa.types.is_fixed_size_list(arr.type):
-        width = arr.type.list_size
-    else:
-        lengths = arr.value_lengths().to_numpy(zero_copy_only=False)
-        width = int(lengths[0])
-        if not np.all(lengths == width):
-            raise FeedError(f"Column '{name}' holds arrays of different lengths "
-                            f"({int(lengths.min())} to {int(lengths.max())}); every row must "
-                            "have the same length. Pad or truncate the arrays first.")
-    values = arr.flatten()
-    if values.null_count:
-        raise FeedError(f"Column '{name}' has null elements inside its arrays; fill or drop "
-                        "them before training.")
-    return values.to_numpy(zero_copy_only=False).astype(np.float32, copy=False).reshape(
-        len(arr), width)
-
-
-def _vector_to_matrix(arr: pa.StructArray, name: str) -> np.ndarray:
-    n = len(arr)
-    kinds = arr.field("type").to_numpy(zero_copy_only=False)
-    values = arr.field("values")
-    if np.all(kinds == 1):  # all dense: one reshape
-        return _list_to_matrix(values, name)
-    sizes = arr.field("size").to_numpy(zero_copy_only=False)
-    dense_lengths = values.value_lengths().to_numpy(zero_copy_only=False)
-    widths = np.where(kinds == 1, dense_lengths, np.nan_to_num(sizes, nan=-1)).astype(np.int64)
-    width = int(widths[0]) if n else 0
-    if not np.all(widths == width):
-        raise FeedError(f"Column '{name}' holds vectors of different sizes ({widths.min()} "
-                        f"to {widths.max()}); every vector must have the same size.")
-    out = np.zeros((n, width), dtype=np.float32)
-    flat_values = values.flatten().to_numpy(zero_copy_only=False)
-    row_of_value = np.repeat(np.arange(n), dense_lengths)
-    offsets = values.offsets.to_numpy()[:-1] - values.offsets[0].as_py()
-    position = np.arange(len(flat_values)) - np.repeat(offsets, dense_lengths)
-    sparse_rows = kinds[row_of_value] == 0
-    flat_indices = arr.field("indices").flatten().to_numpy(zero_copy_only=False)
-    columns = position.copy()
-    columns[sparse_rows] = flat_indices
-    out[row_of_value, columns] = flat_values
-    return out
-
-
-def column_to_numpy(arr: pa.Array, name: str) -> np.ndarray:
-    """One Arrow column as a numpy array: (n,) for numbers, (n, width) float32 for vectors."""
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
-    if arr.null_count:
-        raise FeedError(f"Column '{name}' has {arr.null_count} null value(s) in this partition; "
-                        "sparktf does not train on nulls. Drop or fill them first, e.g. "
-                        f"df.na.drop(subset=['{name}']).")
-    t = arr.type
-    if is_vector_type(t):
-        return _vector_to_matrix(arr, name)
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        return _list_to_matrix(arr, name)
-    if pa.types.is_floating(t) or pa.types.is_decimal(t):
-        return arr.to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
-    if pa.types.is_integer(t) or pa.types.is_boolean(t):
-        return arr.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-    raise FeedError(f"Column '{name}' has type {t}, which cannot be fed to TensorFlow; use a "
-                    "numeric, array<float|double> or ml Vector column.")
-
-
-def _to_arrow(matrix: np.ndarray) -> pa.Array:
-    if matrix.ndim == 1:
-        return pa.array(matrix)
-    flat = pa.array(matrix.reshape(-1))
-    return pa.FixedSizeListArray.from_arrays(flat, matrix.shape[1])
+def column_to_numpy(arr: pa.Array, name: str):
+    """One Arrow column, as Spark sends it, as the numpy values a batch holds."""
+    return kinds.chunk_values(kinds.spill_array(arr, name), name)
 
 
 def normalize(batch: pa.RecordBatch, columns: Sequence[str]) -> pa.RecordBatch:
-    """A batch with only ``columns``, each as float32/int64 or a fixed-width float32 list."""
-    arrays = [_to_arrow(column_to_numpy(batch.column(name), name)) for name in columns]
+    """A batch with only ``columns``, each as the task keeps it (``columns.spill_array``)."""
+    arrays = [kinds.spill_array(batch.column(name), name) for name in columns]
     return pa.RecordBatch.from_arrays(arrays, names=list(columns))
 
 
 class _ShardWriter:
-    """Appends normalised batches to one Arrow IPC file."""
+    """Appends normalised batches to one Arrow IPC file, describing its columns."""
 
     def __init__(self, path: str, columns: Sequence[str]):
         self.path = path
         self.columns = tuple(columns)
         self.rows = 0
+        self.infos: list[ColumnInfo | None] = [None] * len(self.columns)
         self._writer = None
         self._schema = None
 
@@ -149,6 +72,8 @@ class _ShardWriter:
             self._writer = pa.ipc.new_file(self.path, self._schema)
         elif out.schema != self._schema:
             raise FeedError(_schema_mismatch(self._schema, out.schema))
+        self.infos = [kinds.merge([seen, kinds.describe(out.column(i))])
+                      for i, seen in enumerate(self.infos)]
         self._writer.write_batch(out)
         self.rows += out.num_rows
 
@@ -157,13 +82,8 @@ class _ShardWriter:
             self._writer = pa.ipc.new_file(
                 self.path, pa.schema([(c, pa.float32()) for c in self.columns]))
         self._writer.close()
-        schema = self._schema or pa.schema([(c, pa.float32()) for c in self.columns])
-        widths = tuple(t.list_size if pa.types.is_fixed_size_list(t) else 0
-                       for t in schema.types)
-        dtypes = tuple((t.value_type if pa.types.is_fixed_size_list(t) else t).to_pandas_dtype()
-                       .__name__ for t in schema.types)
-        return Shard(path=self.path, columns=self.columns, widths=widths, num_rows=self.rows,
-                     dtypes=dtypes)
+        infos = tuple(self.infos) if self.rows else ()
+        return Shard(path=self.path, columns=self.columns, num_rows=self.rows, infos=infos)
 
 
 def spill(batches: Iterable[pa.RecordBatch], path: str, columns: Sequence[str],
@@ -213,13 +133,13 @@ def read_chunks(shard: Shard, columns: Sequence[str] | None = None,
         reader = pa.ipc.open_file(f)
         for i in (range(reader.num_record_batches) if order is None else order):
             batch = reader.get_batch(int(i))
-            yield {name: _column_view(batch.column(name)) for name in names}
+            yield {name: _column_view(batch.column(name), name) for name in names}
 
 
-def _column_view(arr: pa.Array) -> np.ndarray:
-    if pa.types.is_fixed_size_list(arr.type):
+def _column_view(arr: pa.Array, name: str):
+    if pa.types.is_fixed_size_list(arr.type) and pa.types.is_floating(arr.type.value_type):
         return arr.flatten().to_numpy(zero_copy_only=True).reshape(len(arr), arr.type.list_size)
-    return arr.to_numpy(zero_copy_only=True)
+    return kinds.chunk_values(arr, name)
 
 
 def step_rows(all_rows: Sequence[int], global_batch: int) -> np.ndarray:
@@ -240,18 +160,20 @@ def step_rows(all_rows: Sequence[int], global_batch: int) -> np.ndarray:
 
 
 def step_batches(shard: Shard, sizes: Sequence[int], columns: Sequence[str] | None = None,
-                 seed: int | None = None) -> Iterator[dict[str, np.ndarray]]:
+                 seed: int | None = None, infos: dict | None = None) -> Iterator[dict]:
     """Batches of the given ``sizes`` that together hold every row of the shard once.
 
     ``sizes`` come from ``step_rows``: every worker runs the same number of steps
     whatever its share of the data, a small shard giving small (even empty) batches.
     With a ``seed`` the chunk order and the rows within each chunk are shuffled.
+    ``infos`` (column -> ``ColumnInfo`` over every task: ``ctx.feedSpec``) shape the
+    empty batches of a worker whose rows have run out.
     """
     chunks = shuffled_chunks(shard, columns, seed)
-    pending: list[dict[str, np.ndarray]] = []
+    pending: list[dict] = []
     held = 0
     names = list(columns or shard.columns)
-    empty = empty_batch(shard, names)
+    empty = empty_batch(names, infos or dict(zip(shard.columns, shard.infos)))
     for size in sizes:
         if size == 0:
             yield empty
@@ -282,22 +204,29 @@ def _take(pending, size, names, held):
                 parts[n].append(chunk[n][:need])
             pending[0] = {n: chunk[n][need:] for n in names}
             taken += need
-    batch = {n: p[0] if len(p) == 1 else np.concatenate(p) for n, p in parts.items()}
+    batch = {n: kinds.concat(p) for n, p in parts.items()}
     return batch, pending, held - size
 
 
-def empty_batch(shard: Shard, names: Sequence[str]) -> dict[str, np.ndarray]:
-    """A zero-row batch with the shard's column shapes and dtypes."""
-    with pa.OSFile(shard.path) as f:
-        schema = pa.ipc.open_file(f).schema
+def empty_batch(names: Sequence[str], infos: dict) -> dict:
+    """A zero-row batch with the columns' shapes and dtypes (``infos``: column ->
+    ``ColumnInfo``, or its JSON form)."""
     out = {}
     for name in names:
-        t = schema.field(name).type
-        if pa.types.is_fixed_size_list(t):
-            out[name] = np.zeros((0, t.list_size), dtype=t.value_type.to_pandas_dtype())
-        else:
-            out[name] = np.zeros((0,), dtype=t.to_pandas_dtype())
+        info = infos.get(name)
+        if info is None:
+            out[name] = np.zeros((0,), np.float32)
+            continue
+        if not isinstance(info, ColumnInfo):
+            info = ColumnInfo.from_json(info)
+        out[name] = kinds.empty_values(info)
     return out
+
+
+def batch_sizes(rows: int, batch_size: int) -> list[int]:
+    """``rows`` in batches of ``batch_size`` (the last one smaller)."""
+    full, rest = divmod(rows, batch_size)
+    return [batch_size] * full + ([rest] if rest else [])
 
 
 def shuffled_chunks(shard: Shard, columns: Sequence[str] | None = None,

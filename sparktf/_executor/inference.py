@@ -13,7 +13,6 @@ import collections
 import contextlib
 import dataclasses
 import hashlib
-import math
 import os
 import shutil
 import tempfile
@@ -24,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sparktf._executor import feed, gpu, storage
+from sparktf._executor import columns, gpu, storage
 
 REGRESSION, BINARY, MULTICLASS = "regression", "binary", "multiclass"
 
@@ -345,8 +344,7 @@ def run_model(fn, spec: ScoreSpec, batch: pa.RecordBatch, device: str = "/CPU:0"
 
     valid = valid_rows(batch, [b.column for b in spec.inputs])
     rows = batch.filter(pa.array(valid)) if not valid.all() else batch
-    arrays = {b.input_name: _shaped(feed.column_to_numpy(rows.column(b.column), b.column), b)
-              for b in spec.inputs}
+    arrays = {b.input_name: model_input(rows.column(b.column), b) for b in spec.inputs}
     results: dict[str, list] = collections.defaultdict(list)
     with tf.device(device):
         for start in range(0, rows.num_rows, spec.batch_size):
@@ -358,17 +356,17 @@ def run_model(fn, spec: ScoreSpec, batch: pa.RecordBatch, device: str = "/CPU:0"
     return {"valid": valid, "values": merged}
 
 
-def _shaped(arr: np.ndarray, binding: InputBinding) -> np.ndarray:
+def model_input(column: pa.Array, binding: InputBinding) -> np.ndarray:
+    """One input column of a batch as the signature input declares it (``columns``)."""
     shape = binding.shape
-    if shape and all(d is not None for d in shape) and arr.shape[1:] != shape:
-        if math.prod(shape) != math.prod(arr.shape[1:] or (1,)):
-            raise ValueError(f"Column '{binding.column}' has {math.prod(arr.shape[1:] or (1,))} "
-                             f"value(s) per row but input '{binding.input_name}' expects shape "
-                             f"{list(shape)}.")
-        arr = arr.reshape((len(arr),) + shape)
-    elif not shape and arr.ndim == 2 and arr.shape[1] == 1:
-        arr = arr[:, 0]
-    return arr.astype(binding.dtype, copy=False)
+    if shape == (None,) and not columns.is_list_type(column.type) and \
+            not columns.is_vector_type(column.type):
+        shape = (1,)  # a scalar into an input of unknown length: one value per row
+    values = columns.chunk_values(columns.spill_array(column, binding.column), binding.column)
+    if shape == () and getattr(values, "ndim", 1) == 2 and values.shape[1] == 1:
+        values = values[:, 0]
+    return columns.to_input(values, binding.column, shape, binding.dtype,
+                            fixed=columns.is_vector_type(column.type))
 
 
 def output_arrays(n: int, spec: ScoreSpec, outputs: dict) -> tuple[list, list]:
@@ -396,6 +394,8 @@ def output_arrays(n: int, spec: ScoreSpec, outputs: dict) -> tuple[list, list]:
 
 def _column(values, valid: np.ndarray, n: int, width: int | None, dtype: str) -> pa.Array:
     """A column of ``n`` rows: ``values`` at the valid rows, null elsewhere."""
+    if dtype == "string":
+        return _text_column(values, valid, n, width)
     mask = pa.array(~valid)
     if width == 1:
         full = np.zeros(n, dtype=dtype)
@@ -409,3 +409,16 @@ def _column(values, valid: np.ndarray, n: int, width: int | None, dtype: str) ->
         flat[valid] = np.asarray(values).reshape(int(valid.sum()), -1)
     fixed = pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), k, mask=mask)
     return pc.cast(fixed, pa.list_(pa.from_numpy_dtype(np.dtype(dtype))))
+
+
+def _text_column(values, valid: np.ndarray, n: int, width: int | None) -> pa.Array:
+    """A string output (e.g. a ``StringLookup(invert=True)`` head) as a string column (a
+    list of strings per row for a vector output); null where the inputs were null."""
+    rows: list = [None] * n
+    if values is not None and valid.any():
+        flat = np.asarray(values).reshape(int(valid.sum()), -1)
+        decoded = [[v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+                    for v in row] for row in flat]
+        for i, row in zip(np.flatnonzero(valid), decoded):
+            rows[i] = row[0] if width == 1 else row
+    return pa.array(rows, type=pa.string() if width == 1 else pa.list_(pa.string()))

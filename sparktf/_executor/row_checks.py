@@ -21,11 +21,11 @@ import pyarrow.compute as pc
 
 @dataclasses.dataclass(frozen=True)
 class RowChecks:
-    """What to check: ``columns`` hold no nulls, ``label`` is finite, ``weight`` is
+    """What to check: ``columns`` hold no nulls, the ``labels`` are finite, ``weight`` is
     finite and >= 0."""
 
     columns: tuple[str, ...]
-    label: str | None = None
+    labels: tuple[str, ...] = ()
     weight: str | None = None
 
     def counter(self) -> "Counts":
@@ -39,7 +39,7 @@ class Counts:
         self.checks = checks
         self.rows = 0
         self.nulls = {c: 0 for c in checks.columns}
-        self.nonfinite = 0
+        self.nonfinite = {c: 0 for c in checks.labels}
         self.bad_weights = 0
 
     def watch(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -52,8 +52,8 @@ class Counts:
         self.rows += batch.num_rows
         for column in self.nulls:
             self.nulls[column] += batch.column(column).null_count
-        if self.checks.label is not None:
-            self.nonfinite += _count(batch.column(self.checks.label), negative=False)
+        for label in self.nonfinite:
+            self.nonfinite[label] += _count(batch.column(label), negative=False)
         if self.checks.weight is not None:
             self.bad_weights += _count(batch.column(self.checks.weight), negative=True)
 
@@ -85,10 +85,11 @@ def problem(checks: RowChecks, counts: list[dict]) -> str | None:
         if nulls:
             return (f"Column '{column}' has {nulls} null value(s); sparktf does not train on "
                     f"nulls. Drop them (df.na.drop(subset=['{column}'])) or fill them.")
-    nonfinite = sum(c["nonfinite"] for c in counts)
-    if nonfinite:
-        return (f"The label column '{checks.label}' has {nonfinite} NaN or infinite value(s); "
-                "training on them would make the loss NaN. Drop or fix those rows.")
+    for label in checks.labels:
+        nonfinite = sum(c["nonfinite"][label] for c in counts)
+        if nonfinite:
+            return (f"The label column '{label}' has {nonfinite} NaN or infinite value(s); "
+                    "training on them would make the loss NaN. Drop or fix those rows.")
     bad_weights = sum(c["bad_weights"] for c in counts)
     if bad_weights:
         return (f"The weight column '{checks.weight}' has {bad_weights} negative, NaN or "

@@ -27,7 +27,7 @@ from typing import Iterator
 
 import pyarrow as pa
 
-from sparktf._executor import cluster, feed, gpu, row_checks
+from sparktf._executor import cluster, columns, feed, gpu, row_checks
 from sparktf._executor.context import TaskContext
 from sparktf._executor.task_process import TaskProcess
 from sparktf._protocol.client import EventClient, JobEnded
@@ -104,9 +104,10 @@ def _run(spec: TaskSpec, batches, barrier, rank: int, role, events: EventClient)
                                               spec.columns, spec.split_column)
                                    if spec.columns else (None, None))
             except Exception as e:  # bad data: report it, then end the job
-                unusable = (f"{type(e).__name__}: {e}", traceback.format_exc())
+                unusable = (f"{type(e).__name__}: {e}", traceback.format_exc(),
+                            isinstance(e, feed.FeedError))
                 if counts is None:
-                    _fail(events, rank, role, *unusable, "")
+                    _fail(events, rank, role, *unusable[:2], "", invalid_input=unusable[2])
                 # a null the checks name may be what the feed choked on: count the rest
                 collections.deque(batches, maxlen=0)
                 shard = held_out = None
@@ -116,7 +117,7 @@ def _run(spec: TaskSpec, batches, barrier, rank: int, role, events: EventClient)
             if problem is not None:  # every task found it: refuse before TensorFlow runs
                 _fail(events, rank, role, problem, "", "", invalid_input=True)
             if unusable is not None:
-                _fail(events, rank, role, *unusable, "")
+                _fail(events, rank, role, *unusable[:2], "", invalid_input=unusable[2])
             events.phase("cluster formed")
             status, value, tail, child_kb = child.run(
                 ctx, lambda: _release(events, barrier, everyone_connected))
@@ -125,7 +126,8 @@ def _run(spec: TaskSpec, batches, barrier, rank: int, role, events: EventClient)
                      "feeder_peak_rss_mb": _peak_rss_kb() / 1024,
                      "task_peak_rss_mb": child_kb / 1024})
         if status != "ok":
-            _fail(events, rank, role, value["message"], value.get("traceback", ""), tail)
+            _fail(events, rank, role, value["message"], value.get("traceback", ""), tail,
+                  invalid_input=bool(value.get("invalid_input")))
         yield pa.RecordBatch.from_arrays([pa.array([rank], pa.int32()),
                                           pa.array([value], pa.binary())],
                                          schema=RESULT_SCHEMA)
@@ -145,7 +147,7 @@ def _form_cluster(spec, barrier, rank, role, shard, held_out, devices, assigned,
             "validation_rows": held_out.num_rows if held_out else 0,
             "channel": events.connected,
             "checks": counts.as_dict() if counts is not None else None,
-            "feed": next((s.describe() for s in (shard, held_out) if s and s.num_rows), None)}
+            "feed": _describe(shard, held_out)}
     gathered = [json.loads(g) for g in _all_gather(events, barrier, json.dumps(mine))]
     spec_dict = cluster.build_cluster_spec(spec.roles, [g["address"] for g in gathered])
     ctx = TaskContext(jobName=role.job_name, taskIndex=role.task_index, rank=rank,
@@ -155,10 +157,29 @@ def _form_cluster(spec, barrier, rank, role, shard, held_out, devices, assigned,
                        validationShard=held_out,
                        allValidationRows=tuple(g["validation_rows"] for g in gathered),
                        gpus=devices, assignedGpus=tuple(assigned),
-                       feedSpec=next((g["feed"] for g in gathered if g["feed"]), {}))
+                       feedSpec=_merged_feed([g["feed"] for g in gathered]))
     problem = (row_checks.problem(spec.row_checks, [g["checks"] for g in gathered])
                if spec.row_checks else None)
     return ctx, all(g["channel"] for g in gathered), problem
+
+
+def _describe(*shards) -> dict | None:
+    """What this task's rows hold, column by column (``columns.ColumnInfo`` as JSON)."""
+    found: dict[str, list] = {}
+    for shard in shards:
+        if shard is not None and shard.num_rows:
+            for name, info in zip(shard.columns, shard.infos):
+                found.setdefault(name, []).append(info)
+    return {name: columns.merge(infos).as_json() for name, infos in found.items()} or None
+
+
+def _merged_feed(described: list) -> dict:
+    """Column -> ``ColumnInfo`` over every task's rows: the same on every task."""
+    found: dict[str, list] = {}
+    for feed_spec in described:
+        for name, info in (feed_spec or {}).items():
+            found.setdefault(name, []).append(columns.ColumnInfo.from_json(info))
+    return {name: columns.merge(infos) for name, infos in found.items()}
 
 
 def _all_gather(events: EventClient, barrier, message: str) -> list[str]:

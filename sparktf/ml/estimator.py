@@ -18,7 +18,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from sparktf import tensorboard
-from sparktf._driver import events, failures, launch, pickling, schema, sessions
+from sparktf._driver import events, failures, launch, pickling, sessions
+from sparktf._driver import schema as schema_checks
 from sparktf._driver.resources import TaskResources
 from sparktf._executor import storage, training
 from sparktf._executor.row_checks import RowChecks
@@ -47,9 +48,14 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
     modelFn : callable
         ``hparams -> compiled keras.Model``; ``hparams`` holds ``hyperParams`` plus
         ``learningRate``, ``epochs`` and ``batchSize``.
-    featuresCol, inputCols, labelCol : str, list of str, str
-        Input columns: one vector/array/numeric column, or several for a
-        multi-input model; a numeric or array label.
+    featuresCol, inputCols : str, list of str
+        Input columns: one column of any kind (numbers, strings, binary, arrays, nested
+        arrays, ml Vectors), or several for a multi-input model, in the model's input
+        order or named after its inputs. Left unset with no ``features`` column, every
+        input named after a column is fed from it.
+    labelCol, labelCols : str, list of str
+        A numeric or array label; or several, one per output of a multi-output model
+        (matched to the outputs by name, else in order).
     numWorkers, epochs, batchSize, learningRate, hyperParams, ...
         See ``explainParams()``.
 
@@ -75,7 +81,8 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                  validationCol=None, shuffle=True, seed=None, inputMode="stream",
                  modelDir=None, maxRetries=0, useGpu="auto", callbacks=None,
                  stallTimeout=600.0, evaluator=False, tensorboard=False, summarySteps=0,
-                 taskCpus=None, taskGpus=None, weightCol=None, classWeight=None, verbose=1):
+                 taskCpus=None, taskGpus=None, weightCol=None, classWeight=None, verbose=1,
+                 labelCols=None):
         super().__init__()
         self._set(**without_none(self._input_kwargs))
 
@@ -88,7 +95,7 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                   modelDir=None, maxRetries=0, useGpu="auto", callbacks=None,
                   stallTimeout=600.0, evaluator=False, tensorboard=False, summarySteps=0,
                   taskCpus=None, taskGpus=None, weightCol=None, classWeight=None,
-                  verbose=1):
+                  verbose=1, labelCols=None):
         """Sets the given Params; see the constructor."""
         return self._set(**without_none(self._input_kwargs))
 
@@ -103,13 +110,14 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
 
     def _fit(self, dataset: DataFrame) -> TFModel:
         events.log_phase(None, "fit called")
-        self._validate(dataset)
+        features = self._feature_columns(dataset.schema)
+        self._validate(dataset, features)
         events.log_phase(None, "input checked")
         run_dir = self._run_dir(sessions.Session(dataset.sparkSession).master)
-        spec = self._train_spec(run_dir)
+        spec = self._train_spec(run_dir, features, dataset.schema)
         payload = pickling.pickle_main(training.train_main, spec,
                                        also=[spec.model_fn, *spec.callbacks])
-        frame, columns, split = self._training_frame(dataset)
+        frame, columns, split = self._training_frame(dataset, features)
         with contextlib.ExitStack() as stack:
             parquet_uri = None
             if self.getInputMode() == "parquet":
@@ -129,7 +137,8 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
             payload, self.getNumWorkers(), self.getNumPs(), columns=columns, split_column=split,
             use_gpu=self.getUseGpu(), model_dir=run_dir, what="TFEstimator.fit",
             stall_timeout=self.getStallTimeout(), parquet_uri=parquet_uri,
-            evaluator=self.getEvaluator(), resources=resources, row_checks=self._row_checks())
+            evaluator=self.getEvaluator(), resources=resources,
+            row_checks=self._row_checks(columns))
         policy = failures.FailurePolicy(self.getMaxRetries())
         for retries in itertools.count():
             progress = FitProgress(self.getVerbose())
@@ -151,7 +160,27 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
             finally:
                 progress.finish()
 
-    def _validate(self, dataset: DataFrame) -> None:
+    def _feature_columns(self, schema) -> list[str]:
+        """The columns fed to the model's inputs: ``inputCols``; else ``featuresCol`` when
+        set or present; else every feedable column but the labels, weight and validation
+        column (the tasks feed each model input from the column of its name)."""
+        if self.isSet(self.inputCols) and self.getInputCols():
+            return list(self.getInputCols())
+        if self.isSet(self.featuresCol) or self.getFeaturesCol() in schema.fieldNames():
+            return [self.getFeaturesCol()]
+        others = [*self.labelColumns(), self.getWeightColOrNone(),
+                  self.getValidationCol() if self.isSet(self.validationCol) else None]
+        found = schema_checks.feedable_columns(schema, [c for c in others if c])
+        if not found:
+            raise InvalidInputError(
+                f"The DataFrame has no '{self.getFeaturesCol()}' column and no other column "
+                "to feed. Set featuresCol or inputCols. Received columns: "
+                f"{schema.fieldNames()}")
+        logger.info("sparktf: no '%s' column and inputCols unset: each model input is fed "
+                    "from the column of its name among %s", self.getFeaturesCol(), found)
+        return found
+
+    def _validate(self, dataset: DataFrame, features: list[str]) -> None:
         if self.getModelFn() is None:
             raise InvalidInputError("TFEstimator needs modelFn: a callable hparams -> compiled "
                                     "keras.Model. Received: modelFn=None")
@@ -161,14 +190,22 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                                     "evaluator=True with no validation rows")
         if self.getTensorboard():
             tensorboard.check_available()
-        schema.check_feedable(dataset.schema, self.featureColumns(), "feature")
-        schema.check_feedable(dataset.schema, [self.getLabelCol()], "label")
+        schema_checks.check_feedable(dataset.schema, features, "feature")
+        labels = self.labelColumns()
+        for label in labels:
+            schema_checks.check_label(dataset.schema, label)
+        if len(labels) > 1 and self.getClassWeight() is not None:
+            raise InvalidInputError(
+                "classWeight applies to a model with a single output (Keras's fit refuses "
+                "class_weight with several outputs too): fold the class weights into a "
+                f"weightCol. Received: classWeight={self.getClassWeight()}, labelCols={labels}")
         if self.isSet(self.validationCol) and self.getValidationFraction() > 0:
             raise InvalidInputError("Set either validationCol or validationFraction, not both. "
                                     f"Received: validationCol={self.getValidationCol()!r}, "
                                     f"validationFraction={self.getValidationFraction()}")
         if self.isSet(self.validationCol):
-            schema.check_feedable(dataset.schema, [self.getValidationCol()], "validation")
+            schema_checks.check_feedable(dataset.schema, [self.getValidationCol()],
+                                         "validation")
         weight = self.getWeightColOrNone()
         if weight is not None:
             if self.getClassWeight() is not None:
@@ -177,19 +214,16 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                     "sample_weight with class_weight too). Fold the class weights into the "
                     f"weight column. Received: weightCol={weight!r}, "
                     f"classWeight={self.getClassWeight()}")
-            schema.check_weight_column(dataset.schema, weight)
+            schema_checks.check_weight_column(dataset.schema, weight)
         if self.getBatchSize() < self.getNumWorkers():
             raise InvalidInputError(
                 f"batchSize is the global batch, shared by the workers: it must be at least "
                 f"numWorkers. Received: batchSize={self.getBatchSize()}, "
                 f"numWorkers={self.getNumWorkers()}")
 
-    def _row_checks(self) -> RowChecks:
+    def _row_checks(self, columns: list[str]) -> RowChecks:
         """The checks the tasks make of the rows they receive (nulls, labels, weights)."""
-        weight = self.getWeightColOrNone()
-        columns = tuple(dict.fromkeys([*self.featureColumns(), self.getLabelCol(),
-                                       *([weight] if weight else [])]))
-        return RowChecks(columns, self.getLabelCol(), weight)
+        return RowChecks(tuple(columns), tuple(self.labelColumns()), self.getWeightColOrNone())
 
     def _holds_out_rows(self) -> bool:
         """Whether some rows are held out for validation (validationCol or a fraction)."""
@@ -228,10 +262,11 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                 f"Received: modelDir unset with master={master!r}")
         return tempfile.mkdtemp(prefix="sparktf-model-")
 
-    def _train_spec(self, model_dir: str) -> training.TrainSpec:
+    def _train_spec(self, model_dir: str, features: list[str], schema) -> training.TrainSpec:
         return training.TrainSpec(
             model_fn=self.getModelFn(), hparams=self.hparams(),
-            feature_columns=tuple(self.featureColumns()), label_column=self.getLabelCol(),
+            feature_columns=tuple(features), label_columns=tuple(self.labelColumns()),
+            spark_types=schema_checks.type_names(schema, features),
             epochs=self.getEpochs(), batch_size=self.getBatchSize(), model_dir=model_dir,
             shuffle=self.getShuffle(), seed=self.getOrDefault(self.seed) % (2 ** 31),
             has_validation=self._holds_out_rows(),
@@ -239,10 +274,10 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
             summary_steps=self.getSummarySteps(), weight_column=self.getWeightColOrNone(),
             class_weight=self.getClassWeight())
 
-    def _training_frame(self, dataset: DataFrame):
+    def _training_frame(self, dataset: DataFrame, features: list[str]):
         """The columns the workers need, plus the validation flag if any."""
         weight = self.getWeightColOrNone()
-        columns = list(dict.fromkeys(self.featureColumns() + [self.getLabelCol()] +
+        columns = list(dict.fromkeys(features + self.labelColumns() +
                                      ([weight] if weight else [])))
         selected = [F.col(c) for c in columns]
         if self.isSet(self.validationCol):

@@ -19,7 +19,7 @@ from sparktf.ml.persistence import TFModelReader, TFModelWriter
 
 MLFLOW_SCHEMES = ("runs:/", "models:/")  # modelPath naming a model sparktf logged to MLflow
 _SPARK_TYPES = {"float32": T.FloatType(), "float64": T.DoubleType(), "int32": T.IntegerType(),
-                "int64": T.LongType(), "bool": T.BooleanType()}
+                "int64": T.LongType(), "bool": T.BooleanType(), "string": T.StringType()}
 
 
 @add_setters
@@ -143,10 +143,17 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
                     batch_size=self.getBatchSize(), inputs=bindings, use_gpu=self.getUseGpu())
         if self.getOutputMapping():
             return inference.ScoreSpec(**spec, outputs=self._output_bindings(outputs))
+        if len(outputs) == 1 and next(iter(outputs.values()))[1] == "string":
+            (name, (shape, dtype)), = outputs.items()  # e.g. StringLookup(invert=True)
+            return inference.ScoreSpec(**spec, outputs=(inference.OutputBinding(
+                name, self.getPredictionCol(), inference.per_row_kind(shape), dtype),))
         return inference.ScoreSpec(**spec, prediction=self._prediction_columns(outputs))
 
     def _input_bindings(self, inputs: dict, df_schema) -> tuple:
         mapping = self.getInputMapping()
+        if not mapping and not self.isSet(self.inputCols) and df_schema is not None and \
+                len(inputs) > 1 and set(inputs) <= set(df_schema.fieldNames()):
+            mapping = {name: name for name in inputs}  # inputs named after columns
         if not mapping:
             columns = self.featureColumns()
             if len(columns) != len(inputs):
@@ -168,6 +175,8 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
                                     "them to inputMapping.")
         if df_schema is not None:
             schema.check_feedable(df_schema, list(mapping), "input")
+            for column, name in mapping.items():
+                schema.check_against_input(df_schema, column, name, *inputs[name])
         return tuple(inference.InputBinding(c, n, inputs[n][0], inputs[n][1])
                      for c, n in mapping.items())
 

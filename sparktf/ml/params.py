@@ -87,6 +87,16 @@ def _choice(name: str, choices: tuple) -> Callable[[Any], Any]:
     return convert
 
 
+def _column_list(name: str) -> Callable[[Any], list]:
+    def convert(value: Any) -> list:
+        if isinstance(value, str) or not isinstance(value, (list, tuple)) or not value or \
+                not all(isinstance(v, str) for v in value) or len(set(value)) != len(value):
+            raise InvalidInputError(f"{name} must be a non-empty list of distinct column "
+                                    f"names. Received: {name}={value!r}")
+        return list(value)
+    return convert
+
+
 def _str_dict(name: str) -> Callable[[Any], dict]:
     def convert(value: Any) -> dict:
         if not isinstance(value, dict):
@@ -166,6 +176,10 @@ class _TFEstimatorParams(_TFSharedParams, HasLabelCol, HasSeed, HasWeightCol):
     classWeight: Param = _param("classWeight", "dict class index -> weight: Keras's "
                                 "class_weight (training rows only); not with weightCol",
                                 _class_weight)
+
+    labelCols: Param = _param("labelCols", "several label columns for a model with several "
+                              "outputs: matched to the outputs by the outputs' names, else "
+                              "in order (instead of labelCol)", _column_list("labelCols"))
 
     modelFn: Param = _param("modelFn", "callable hparams -> compiled keras.Model, called on "
                             "every worker", _callable_or_none("modelFn"))
@@ -293,6 +307,15 @@ class _TFEstimatorParams(_TFSharedParams, HasLabelCol, HasSeed, HasWeightCol):
     def getClassWeight(self) -> dict | None:
         return dict(self.getOrDefault(self.classWeight)) if self.isSet(self.classWeight) \
             else None
+
+    def getLabelCols(self) -> list[str]:
+        return list(self.getOrDefault(self.labelCols))
+
+    def labelColumns(self) -> list[str]:
+        """``labelCols`` when set, else ``[labelCol]``."""
+        if self.isSet(self.labelCols):
+            return self.getLabelCols()
+        return [self.getLabelCol()]
 
     def getWeightColOrNone(self) -> str | None:
         """``weightCol`` when it is set to a column name, else None."""

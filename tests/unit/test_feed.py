@@ -4,7 +4,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from sparktf._executor import feed
+from sparktf._executor import columns, feed
 
 VECTOR = pa.struct([pa.field("type", pa.int8(), nullable=False), ("size", pa.int32()),
                     ("indices", pa.list_(pa.field("element", pa.int32(), nullable=False))),
@@ -18,7 +18,7 @@ def vectors(rows):
 def test_dense_vectors_become_a_float32_matrix():
     arr = vectors([{"type": 1, "size": None, "indices": None, "values": [1.0, 2.0]},
                    {"type": 1, "size": None, "indices": None, "values": [3.0, 4.0]}])
-    assert feed.is_vector_type(arr.type)
+    assert columns.is_vector_type(arr.type)
     out = feed.column_to_numpy(arr, "v")
     assert out.dtype == np.float32
     np.testing.assert_array_equal(out, [[1, 2], [3, 4]])
@@ -39,9 +39,11 @@ def test_vectors_of_different_sizes_are_refused_by_name():
         feed.column_to_numpy(arr, "v")
 
 
-def test_ragged_arrays_are_refused_by_name():
-    with pytest.raises(feed.FeedError, match="'a'.*different lengths"):
-        feed.column_to_numpy(pa.array([[1.0, 2.0], [1.0]]), "a")
+def test_arrays_of_varying_length_are_padded_at_the_end_with_their_lengths():
+    out = feed.column_to_numpy(pa.array([[1, 2], [3], []]), "a")
+    assert isinstance(out, columns.Padded)
+    np.testing.assert_array_equal(out.values, [[1, 2], [3, 0], [0, 0]])
+    assert out.lengths.tolist() == [2, 1, 0] and out.values.dtype == np.int64
 
 
 def test_nulls_are_refused_by_name():
@@ -49,14 +51,20 @@ def test_nulls_are_refused_by_name():
         feed.column_to_numpy(pa.array([1.0, None]), "x")
 
 
-def test_strings_are_refused_by_name():
-    with pytest.raises(feed.FeedError, match="'s' has type string"):
-        feed.column_to_numpy(pa.array(["a"]), "s")
+def test_maps_and_dates_are_refused_by_name_with_their_spark_type():
+    with pytest.raises(feed.FeedError, match="'m' has type map<string, int64>"):
+        feed.column_to_numpy(pa.array([[("a", 1)]], pa.map_(pa.string(), pa.int64())), "m")
+    with pytest.raises(feed.FeedError, match="'d' has type date32"):
+        feed.column_to_numpy(pa.array([0], pa.date32()), "d")
 
 
-def test_numbers_keep_integer_or_become_float32():
+def test_numbers_keep_their_own_type_and_strings_stay_strings():
+    assert feed.column_to_numpy(pa.array([4_000_000_003]), "i").tolist() == [4_000_000_003]
     assert feed.column_to_numpy(pa.array([1, 2]), "i").dtype == np.int64
-    assert feed.column_to_numpy(pa.array([1.5]), "f").dtype == np.float32
+    assert feed.column_to_numpy(pa.array([1.5]), "f").dtype == np.float64
+    assert feed.column_to_numpy(pa.array([1.5], pa.float32()), "f").dtype == np.float32
+    assert feed.column_to_numpy(pa.array(["a", "b"]), "s").tolist() == ["a", "b"]
+    assert feed.column_to_numpy(pa.array([b"\x89PNG"]), "b").tolist() == [b"\x89PNG"]
 
 
 def _batches(n_batches, rows_per_batch, width=3):
@@ -71,7 +79,8 @@ def _batches(n_batches, rows_per_batch, width=3):
 
 def test_spill_keeps_only_requested_columns_and_counts_rows(tmp_path):
     shard, _ = feed.spill(_batches(3, 10), str(tmp_path / "s.arrow"), ["id", "f"])
-    assert (shard.num_rows, shard.columns, shard.widths) == (30, ("id", "f"), (0, 3))
+    assert (shard.num_rows, shard.columns) == (30, ("id", "f"))
+    assert [i.shape for i in shard.infos] == [(), (3,)]
     chunks = list(feed.read_chunks(shard))
     assert [len(c["id"]) for c in chunks] == [10, 10, 10]
     assert chunks[1]["f"].shape == (10, 3)

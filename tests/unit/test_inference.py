@@ -57,9 +57,26 @@ def test_outputs_are_null_where_inputs_were_null():
 
 def test_a_flat_column_is_reshaped_to_the_signature_input():
     binding = InputBinding("img", "image", (8, 8, 1), "float32")
-    assert inference._shaped(np.zeros((5, 64)), binding).shape == (5, 8, 8, 1)
-    with pytest.raises(ValueError, match="'img' has 63"):
-        inference._shaped(np.zeros((5, 63)), binding)
+    flat = pa.array([[0.0] * 64] * 5)
+    assert inference.model_input(flat, binding).shape == (5, 8, 8, 1)
+    with pytest.raises(ValueError, match="'img' has rows of shape \\(63,\\)"):
+        inference.model_input(pa.array([[0.0] * 63] * 5), binding)
+
+
+def test_sequences_are_padded_to_the_declared_length_and_a_longer_row_is_named():
+    binding = InputBinding("tokens", "ids", (4,), "int64")
+    out = inference.model_input(pa.array([[5, 6], [7], [1, 2, 3, 4]]), binding)
+    assert out.tolist() == [[5, 6, 0, 0], [7, 0, 0, 0], [1, 2, 3, 4]] and out.dtype == np.int64
+    with pytest.raises(ValueError, match="'tokens' has a row of length 5, longer than .* 4"):
+        inference.model_input(pa.array([[1, 2, 3, 4, 5], [1]]), binding)
+
+
+def test_strings_and_big_ids_reach_the_signature_unchanged():
+    assert inference.model_input(pa.array(["a", "b"]), InputBinding(
+        "city", "city", (1,), "string")).tolist() == [["a"], ["b"]]
+    ids = inference.model_input(pa.array([4_000_000_003]), InputBinding("id", "id", (1,),
+                                                                         "int64"))
+    assert ids.tolist() == [[4_000_000_003]]
 
 
 def test_rows_are_rechunked_into_full_batches_in_order():

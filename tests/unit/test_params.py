@@ -6,7 +6,7 @@ from pyspark.ml.param import Param, TypeConverters
 import sparktf
 from sparktf.ml import TFEstimator, TFModel
 
-NO_DEFAULT = {"inputCols", "validationCol", "modelDir", "modelPath", "taskCpus", "taskGpus",
+NO_DEFAULT = {"inputCols", "labelCols", "validationCol", "modelDir", "modelPath", "taskCpus", "taskGpus",
               "weightCol", "classWeight"}
 
 

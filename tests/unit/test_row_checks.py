@@ -6,7 +6,7 @@ import pyarrow as pa
 
 from sparktf._executor.row_checks import RowChecks, problem
 
-CHECKS = RowChecks(("features", "label", "w"), "label", "w")
+CHECKS = RowChecks(("features", "label", "w"), ("label",), "w")
 
 
 def _counts(*batches):
@@ -26,7 +26,7 @@ def test_problems_are_counted_over_every_batch_and_summed_over_every_task():
                     _batch([[2.0]], [math.inf], [None]))
     second = _counts(_batch([None, [3.0]], [None, 0.5], [0, 3]))
     assert first == {"rows": 3, "nulls": {"features": 1, "label": 0, "w": 1},
-                     "nonfinite": 2, "bad_weights": 1}
+                     "nonfinite": {"label": 2}, "bad_weights": 1}
     assert second["nulls"] == {"features": 1, "label": 1, "w": 0}
     assert problem(CHECKS, [first, second]).startswith(
         "Column 'features' has 2 null value(s); sparktf does not train on nulls.")
@@ -43,7 +43,7 @@ def test_the_first_problem_in_order_rows_nulls_labels_weights():
 
 
 def test_integer_and_vector_labels_are_never_non_finite():
-    checks = RowChecks(("label",), "label")
+    checks = RowChecks(("label",), ("label",))
     counts = checks.counter()
     counts.add(pa.RecordBatch.from_pydict({"label": pa.array([1, 2, None], pa.int64())}))
-    assert counts.as_dict()["nonfinite"] == 0 and counts.as_dict()["nulls"] == {"label": 1}
+    assert counts.as_dict()["nonfinite"] == {"label": 0} and counts.as_dict()["nulls"] == {"label": 1}

@@ -14,32 +14,32 @@ def train(spec: TrainSpec, ctx) -> dict | None:
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     ctx.phase("strategy created")
     with strategy.scope():
-        model = loop.build_model(spec, ctx.feedSpec)
+        model, bound = loop.build_model(spec, ctx.feedSpec)
     ctx.phase("model built")
     loop.check_labels(model, spec, ctx)
     first_epoch, history = loop.resume(model, spec)
     if keras_steps.is_tf_keras(model):  # Keras 2 models keep their own fit
         workers = ctx.numWorkers
         history = tf_keras.fit(
-            spec, ctx, strategy, model, first_epoch, history,
+            spec, ctx, strategy, model, bound, first_epoch, history,
             StepPlan.of(ctx.allNumRows[:workers], ctx.rank, spec.batch_size),
             StepPlan.of(ctx.allValidationRows[:workers], ctx.rank, spec.batch_size)
             if spec.validates_in_loop else None)
     else:
-        history = _EpochLoop(spec, ctx, strategy, model).fit(first_epoch, history)
+        history = _EpochLoop(spec, ctx, strategy, model, bound).fit(first_epoch, history)
     ctx.phase("trained")
-    return loop.chief_result(model, spec, ctx, history)
+    return loop.chief_result(model, spec, ctx, history, bound)
 
 
 class _EpochLoop(loop.EpochRunner):
     """All-reduce epochs: every worker steps through its own shard in lockstep."""
 
-    def __init__(self, spec: TrainSpec, ctx, strategy, model):
+    def __init__(self, spec: TrainSpec, ctx, strategy, model, bound):
         workers = ctx.allNumRows[:ctx.numWorkers]  # workers take the first ranks
         self.plan = StepPlan.of(workers, ctx.rank, spec.batch_size)
         super().__init__(spec, ctx, model, self.plan.steps)
         self.strategy = strategy
-        self.specs = keras_steps.input_specs(model)
+        self.bound = bound
         self.steps_fn = keras_steps.KerasSteps(strategy, model)
         self.factors = self.plan.factors(strategy.num_replicas_in_sync,
                                          keras_steps.replicas_per_worker(strategy))
@@ -50,7 +50,7 @@ class _EpochLoop(loop.EpochRunner):
         self.validation = (loop.ValidationPass(self.steps_fn, spec, ctx.validationShard,
                                           StepPlan.of(ctx.allValidationRows[:ctx.numWorkers],
                                                       ctx.rank, spec.batch_size),
-                                          self.callbacks)
+                                          self.callbacks, bound, ctx.feedSpec)
                            if spec.validates_in_loop else None)
 
     def validates(self) -> bool:
@@ -59,11 +59,8 @@ class _EpochLoop(loop.EpochRunner):
     def train_epoch(self, epoch: int) -> dict[str, float]:
         logs: dict = {}
         hooks = self.batch_logs
-        for step, data in enumerate(self.spec.batches(self.ctx.shard, self.plan.sizes, epoch,
-                                                      self.specs)):
-            if step == 0 and epoch == 0:
-                keras_steps.check_input_widths(list(loop.features(data)), self.specs,
-                                               self.spec.feature_columns)
+        for step, data in enumerate(self.spec.batches(self.ctx.shard, self.plan.sizes,
+                                                      self.bound, epoch, self.ctx.feedSpec)):
             self.beat("training", epoch + 1, step, force=step == 0,
                       progress=lambda step=step, logs=logs: self._progress(step, logs))
             if hooks:

@@ -28,8 +28,8 @@ def evaluate_checkpoints(spec: TrainSpec, ctx) -> dict:
     if shard is None or not shard.num_rows:
         raise ValueError("The evaluator received no validation rows. Set validationFraction "
                          "or validationCol so that some rows are held out.")
-    model = loop.build_model(spec, ctx.feedSpec)
-    validate = loop.Validator(model, spec)
+    model, bound = loop.build_model(spec, ctx.feedSpec)
+    validate = loop.Validator(model, spec, bound, ctx.feedSpec)
     history: dict[str, list] = collections.defaultdict(list)
     done = 0
     with EventClient.from_environment(ctx.rank) as channel:

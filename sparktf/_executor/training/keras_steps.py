@@ -3,13 +3,12 @@
 Keras 3's own ``fit`` fails under ``MultiWorkerMirroredStrategy`` (its log
 reduction hands PerReplica values to code that expects tensors), so sparktf
 drives the epochs and runs the model's own ``train_step`` / ``test_step`` inside
-``strategy.run`` (``KerasSteps``). Also here: how feature columns become model
-inputs, and the checks made before the first step.
+``strategy.run`` (``KerasSteps``). Also here: the checks made of a model before the
+first step (how columns become its inputs: ``bindings``).
 """
 
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
 import numpy as np
@@ -52,69 +51,6 @@ def check_compiled(model) -> None:
             "gradient_accumulation_steps from the optimizer.")
 
 
-def input_specs(model) -> list[tuple[tuple[int, ...] | None, str | None]]:
-    """(shape without batch, dtype) of each model input, or (None, None) where unknown."""
-    try:
-        inputs = model.inputs
-    except (AttributeError, ValueError):
-        return []
-    specs = []
-    for tensor in inputs or []:
-        shape = tuple(tensor.shape[1:])
-        known = all(isinstance(d, int) for d in shape)
-        specs.append((shape if known else None, getattr(tensor, "dtype", None)))
-    return specs
-
-
-def input_conversion(row_shape: tuple[int, ...], kind: str, spec
-                     ) -> tuple[tuple[int, ...] | None, str | None]:
-    """How a feature column feeds its model input ``spec`` = (shape, dtype): the row
-    shape to reshape to and the dtype to cast to, each None when nothing is needed.
-
-    A flat vector becomes e.g. ``[8, 8, 1]`` when that is the input's shape, and
-    a scalar column becomes ``[1]``; integer and boolean columns (numpy ``kind``
-    i, u, b) feeding float inputs are cast. One rule for numpy batches
-    (``to_model_inputs``) and for input pipelines built in the graph.
-    """
-    shape, dtype = spec
-    reshape = (shape if shape is not None and row_shape != shape
-               and math.prod(shape) == math.prod(row_shape) else None)
-    cast = (str(dtype) if dtype is not None and str(dtype).startswith("float")
-            and kind in "iub" else None)
-    return reshape, cast
-
-
-def to_model_inputs(arrays: Sequence[np.ndarray], specs) -> object:
-    """Feature arrays shaped and typed for the model's inputs (one array or a list),
-    as ``input_conversion`` says."""
-    out = []
-    for i, arr in enumerate(arrays):
-        reshape, cast = input_conversion(arr.shape[1:], arr.dtype.kind,
-                                         specs[i] if i < len(specs) else (None, None))
-        if reshape is not None:
-            arr = arr.reshape((arr.shape[0],) + reshape)
-        if cast is not None:
-            arr = arr.astype(cast)
-        out.append(arr)
-    return out[0] if len(out) == 1 else out
-
-
-def check_input_widths(arrays: Sequence[np.ndarray], specs, columns: Sequence[str]) -> None:
-    """Raises ``ValueError`` naming the column whose width cannot fit the model input."""
-    if specs and len(specs) != len(arrays):
-        raise ValueError(f"The model has {len(specs)} input(s) but {len(arrays)} feature "
-                         f"column(s) were given: {list(columns)}. Use inputCols with one "
-                         "column per model input, in order.")
-    for arr, (shape, _), name in zip(arrays, specs, columns):
-        if shape is None:
-            continue
-        width = math.prod(arr.shape[1:]) if arr.ndim > 1 else 1
-        if width != math.prod(shape):
-            raise ValueError(f"Column '{name}' has {width} value(s) per row but the model "
-                             f"input expects shape {list(shape)} ({math.prod(shape)} values). "
-                             "Check the feature column or the model's input shape.")
-
-
 def build(model, template) -> None:
     """Creates the model's, its compiled metrics' and loss's, and its optimizer's
     variables from the shapes of ``template`` (a batch ``(x, y[, sample_weight])`` of
@@ -124,7 +60,8 @@ def build(model, template) -> None:
     import tensorflow as tf
 
     def symbolic(array):
-        return keras.KerasTensor((None, *array.shape[1:]), dtype=str(array.dtype))
+        dtype = "string" if array.dtype == object else str(array.dtype)
+        return keras.KerasTensor((None, *array.shape[1:]), dtype=dtype)
 
     model._symbolic_build(data_batch=tf.nest.map_structure(symbolic, template))
 

@@ -12,6 +12,7 @@ import time
 import numpy as np
 
 from sparktf._executor import feed, inference, storage
+from sparktf._executor.training import bindings as binding
 from sparktf._executor.training import checkpoint, keras_steps, summaries
 from sparktf._executor.training.spec import EXPORT_DIR, KERAS_FILE, SAVED_MODEL, StepPlan, TrainSpec
 from sparktf._protocol import heartbeats
@@ -28,34 +29,39 @@ def resume(model, spec: TrainSpec) -> tuple[int, dict]:
     return found["epoch"], found["history"]
 
 
-def chief_result(model, spec: TrainSpec, ctx, history: dict) -> dict | None:
+def chief_result(model, spec: TrainSpec, ctx, history: dict,
+                 bound: binding.Bindings) -> dict | None:
     """Exports the trained model; the chief's answer to the driver (None elsewhere)."""
     with heartbeats.Heartbeat(ctx).during("exporting", spec.epochs):
-        exported, input_names = _export(model, spec, ctx)
+        exported, signature_inputs = _export(model, spec, ctx)
     ctx.phase("exported")
     if not ctx.isChief:
         return None
     kind, from_logits = keras_steps.prediction_kind(model)
     return {"history": history, "export_dir": exported, "rows": int(sum(ctx.allNumRows)),
-            "input_mapping": dict(zip(spec.feature_columns, input_names)),
+            "input_mapping": _signature_mapping(signature_inputs, bound),
             "prediction_kind": kind, "from_logits": from_logits}
 
 
 def build_model(spec: TrainSpec, feed_spec: dict):
     """The user's compiled model with every variable created (under the current scope):
-    its layers', its metrics' and its optimizer's, as Keras's ``fit`` creates them."""
+    its layers', its metrics' and its optimizer's, as Keras's ``fit`` creates them; and
+    its ``Bindings`` (which column feeds which input), checked against the columns."""
     model = spec.model_fn(dict(spec.hparams))
     keras_steps.check_compiled(model)
+    bound = binding.bind(model, spec.feature_columns, spec.label_columns, feed_spec,
+                         spec.spark_types)
     if keras_steps.is_tf_keras(model):
         model.optimizer.build(model.trainable_variables)
     else:
-        specs = keras_steps.input_specs(model)
-        keras_steps.build(model, spec.template(feed_spec, specs))
-    return model
+        keras_steps.build(model, spec.template(feed_spec, bound))
+    return model, bound
 
 
 def check_labels(model, spec: TrainSpec, ctx) -> None:
     """Refuses class labels outside the model's outputs before the first step."""
+    if len(spec.label_columns) != 1:
+        return
     lows, highs, integral = [], [], True
     for shard in (ctx.shard, ctx.validationShard):
         if shard is None or not shard.num_rows:
@@ -174,11 +180,11 @@ class ValidationPass:
     the metrics over every worker, ``val_`` prefixed."""
 
     def __init__(self, steps_fn, spec: TrainSpec, shard: feed.Shard, plan: StepPlan,
-                 callbacks):
+                 callbacks, bound: binding.Bindings, infos: dict):
         self.steps_fn, self.spec, self.shard, self.plan = steps_fn, spec, shard, plan
         self.callbacks = callbacks
         self.hooks = keras_steps.overrides(spec.callbacks, keras_steps.TEST_BATCH_HOOKS)
-        self.specs = keras_steps.input_specs(steps_fn.model)
+        self.bound, self.infos = bound, infos
 
     def run(self, progress=None) -> dict[str, float]:
         """``progress(step)`` is called after each step (heartbeats)."""
@@ -186,8 +192,8 @@ class ValidationPass:
         model.reset_metrics()
         self.callbacks.on_test_begin()
         logs: dict = {}
-        for step, data in enumerate(self.spec.batches(self.shard, self.plan.sizes,
-                                                      specs=self.specs)):
+        for step, data in enumerate(self.spec.batches(self.shard, self.plan.sizes, self.bound,
+                                                      infos=self.infos)):
             if self.hooks:
                 self.callbacks.on_test_batch_begin(step)
             logs = self.steps_fn.test(data, reduce=self.hooks or step == self.plan.steps - 1)
@@ -211,44 +217,62 @@ def callback_list(callbacks, model, epochs: int, steps: int):
 def _export(model, spec: TrainSpec, ctx) -> tuple[str, list[str]]:
     """Every worker exports (the chief's copy is kept): SavedModel for serving, .keras file.
 
-    Returns the export URI and the serving signature's input names in model-input order.
+    Returns the export URI and the serving signature's input names. A model with several
+    outputs names the signature's outputs after its own (``price``, ``dear``), not
+    Keras's ``output_0``, ``output_1``.
     """
     target = storage.join(spec.model_dir, EXPORT_DIR)
     with tempfile.TemporaryDirectory(prefix="sparktf-export-") as local:
+        path = os.path.join(local, SAVED_MODEL)
         if keras_steps.is_tf_keras(model):
-            model.export(os.path.join(local, SAVED_MODEL))
+            model.export(path)
         else:
-            model.export(os.path.join(local, SAVED_MODEL), verbose=False)
+            _export_saved_model(model, path)
         model.save(os.path.join(local, KERAS_FILE))
-        names = list(inference.describe(os.path.join(local, SAVED_MODEL),
-                                        "serving_default")[0])
+        names = list(inference.describe(path, "serving_default")[0])
         if ctx.isChief:
             storage.put_dir(local, target)
-    return target, _order_inputs(names, _input_names(model))
+    return target, names
 
 
-def _input_names(model) -> list[str]:
-    """The model's input names in order; none known for a subclassed model."""
-    try:
-        return [getattr(t, "name", "") for t in model.inputs or []]
-    except (AttributeError, ValueError):
-        return []
+def _export_saved_model(model, path: str) -> None:
+    """Keras's ``model.export``, with several outputs named after the model's outputs."""
+    import keras
+    from keras.src.export.export_utils import get_input_signature
+
+    names = binding.output_names(model)
+    if not names or len(names) < 2:
+        model.export(path, verbose=False)
+        return
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+
+    def serve(inputs):
+        return dict(zip(names, keras.tree.flatten(model(inputs, training=False))))
+
+    signature = get_input_signature(model)
+    archive.add_endpoint("serve", serve, signature)
+    archive.write_out(path, verbose=False)
 
 
-def _order_inputs(signature_names: list[str], model_names: list[str]) -> list[str]:
-    """Signature input names in the model's input order (matched by name when possible)."""
-    if len(signature_names) == 1 or set(model_names) != set(signature_names):
-        return sorted(signature_names)
-    return list(model_names)
+def _signature_mapping(signature_names: list[str], bound: binding.Bindings) -> dict:
+    """Column -> serving signature input: by the model's input names where the signature
+    has them, else in order (a single input: the signature's only one)."""
+    if len(signature_names) == 1 and len(bound.inputs) == 1:
+        return {bound.inputs[0].column: signature_names[0]}
+    mapping = bound.input_mapping
+    if set(mapping.values()) == set(signature_names):
+        return mapping
+    return dict(zip(mapping, sorted(signature_names)))
 
 
 class Validator:
     """Validates ``model`` in this process alone; its test step is traced once, then reused."""
 
-    def __init__(self, model, spec: TrainSpec):
+    def __init__(self, model, spec: TrainSpec, bound: binding.Bindings, infos: dict):
         import tensorflow as tf
 
-        self.model, self.spec = model, spec
+        self.model, self.spec, self.bound, self.infos = model, spec, bound, infos
         # the default strategy: this process alone
         self.steps = keras_steps.KerasSteps(tf.distribute.get_strategy(), model)
         self.callbacks = callback_list(spec.callbacks, model, spec.epochs, 1)
@@ -257,5 +281,5 @@ class Validator:
         """``val_loss`` and the compiled metrics (``val_`` prefixed) on ``shard``;
         ``progress(step)`` after each step."""
         plan = StepPlan.of([shard.num_rows], 0, self.spec.batch_size)
-        return ValidationPass(self.steps, self.spec, shard, plan,
-                                       self.callbacks).run(progress)
+        return ValidationPass(self.steps, self.spec, shard, plan, self.callbacks, self.bound,
+                              self.infos).run(progress)

@@ -19,7 +19,8 @@ import collections
 
 import numpy as np
 
-from sparktf._executor import cluster, feed, servers
+from sparktf._executor import cluster, columns, feed, servers
+from sparktf._executor.columns import ColumnInfo
 from sparktf._executor.training import keras_steps, loop
 from sparktf._executor.training.spec import TrainSpec, class_weights, plan_steps
 from sparktf._protocol import heartbeats
@@ -32,22 +33,24 @@ STEPS_IN_FLIGHT = 200  # steps scheduled ahead of the one awaited
 def train(spec: TrainSpec, ctx) -> dict | None:
     """One task of parameter-server training, by its role."""
     if ctx.jobName == cluster.WORKER:
-        write_records(ctx.shard, spec.columns, SHARD_FILE)
+        write_records(ctx.shard, spec.columns, SHARD_FILE, ctx.feedSpec)
     if ctx.jobName in (cluster.WORKER, cluster.PS):
         servers.serve(ctx)
         return None
     return _Chief(spec, ctx).run()
 
 
-def write_records(shard: feed.Shard | None, names: list[str], path: str) -> None:
-    """The shard as TFRecords: one record per chunk, holding each column as a tensor."""
+def write_records(shard: feed.Shard | None, names: list[str], path: str,
+                  infos: dict) -> None:
+    """The shard as TFRecords: one record per chunk, holding each column as a tensor;
+    variable-length arrays padded to the longest row over every worker's rows."""
     import tensorflow as tf
 
     with tf.io.TFRecordWriter(path) as writer:
         if shard is None or not shard.num_rows:
             return
         for chunk in feed.read_chunks(shard, names):
-            parts = [tf.io.serialize_tensor(chunk[n]) for n in names]
+            parts = [tf.io.serialize_tensor(_dense(chunk[n], infos[n])) for n in names]
             writer.write(tf.io.serialize_tensor(tf.stack(parts)).numpy())
 
 
@@ -68,24 +71,19 @@ class _Chief(loop.EpochRunner):
         self.strategy = tf.distribute.ParameterServerStrategy(
             tf.distribute.cluster_resolver.TFConfigClusterResolver())
         with self.strategy.scope():
-            model = loop.build_model(spec, ctx.feedSpec)
+            model, self.bound = loop.build_model(spec, ctx.feedSpec)
         if keras_steps.is_tf_keras(model):
             raise TypeError("Parameter-server training (numPs > 0) runs Keras 3 models; this "
                             "modelFn returned a tf_keras model. Use numPs=0, or build the "
                             "model with Keras 3.")
         super().__init__(spec, ctx, model, plan_steps(ctx.allNumRows,
                                                                spec.batch_size), beat)
-        self.specs = keras_steps.input_specs(model)
         # (dtype, row shape) of each column, as every worker's records hold them
-        self.rows = [(np.dtype(ctx.feedSpec[n][0]), () if ctx.feedSpec[n][1] == 0
-                      else (ctx.feedSpec[n][1],)) for n in spec.columns]
-        # the width check the all-reduce loop makes on its first batch, before any step
-        keras_steps.check_input_widths([np.empty((0, *shape), dtype) for dtype, shape
-                                        in self.rows[:len(spec.feature_columns)]], self.specs,
-                                       spec.feature_columns)
+        self.rows = [_record_row(ctx.feedSpec[n]) for n in spec.columns]
         self.coordinator = tf.distribute.coordinator.ClusterCoordinator(self.strategy)
         self.iterator = self.train_step = None
-        self.validator = loop.Validator(model, spec) if self.validates() else None
+        self.validator = (loop.Validator(model, spec, self.bound, ctx.feedSpec)
+                          if self.validates() else None)
 
     def run(self) -> dict:
         first_epoch, history = loop.resume(self.model, self.spec)
@@ -93,7 +91,7 @@ class _Chief(loop.EpochRunner):
         self.iterator = iter(self.coordinator.create_per_worker_dataset(self._dataset_fn))
         self.train_step = self._train_step()
         history = self.fit(first_epoch, history)
-        return loop.chief_result(self._plain_copy(), self.spec, self.ctx, history)
+        return loop.chief_result(self._plain_copy(), self.spec, self.ctx, history, self.bound)
 
     def train_epoch(self, epoch: int) -> dict[str, float]:
         """Keeps ``STEPS_IN_FLIGHT`` steps scheduled; each step's result, awaited in order,
@@ -136,25 +134,26 @@ class _Chief(loop.EpochRunner):
         """Built on the chief, run by TensorFlow on each worker over that worker's file."""
         import tensorflow as tf
 
-        rows, specs, spec = self.rows, self.specs, self.spec
-        features = len(spec.feature_columns)
+        rows, bound, spec = self.rows, self.bound, self.spec
+        position = {name: i for i, name in enumerate(spec.columns)}
         class_table = (tf.constant(class_weights(
             np.arange(max(spec.class_weight) + 1), spec.class_weight))
             if spec.class_weight else None)
 
         def parse(record):
             parts = tf.io.parse_tensor(record, tf.string)
-            return tuple(tf.ensure_shape(tf.io.parse_tensor(parts[i], tf.as_dtype(dtype)),
-                                         [None, *shape])
+            return tuple(tf.ensure_shape(tf.io.parse_tensor(parts[i], dtype), [None, *shape])
                          for i, (dtype, shape) in enumerate(rows))
 
-        def to_model(*columns):
-            x = tuple(_shape_input(c, rows[i], specs[i] if i < len(specs) else (None, None))
-                      for i, c in enumerate(columns[:features]))
-            x = x[0] if len(x) == 1 else x
-            y = columns[features]
+        def to_model(*values):
+            inputs = [_graph_input(values[position[b.column]], b) for b in bound.inputs]
+            x = ({b.name: v for b, v in zip(bound.inputs, inputs)} if bound.inputs_as_dict
+                 else inputs[0] if len(inputs) == 1 else tuple(inputs))
+            labels = [_graph_label(values[position[c]]) for c in bound.labels]
+            y = (labels[0] if len(labels) == 1 else dict(zip(bound.outputs, labels))
+                 if bound.outputs is not None else tuple(labels))
             if spec.weight_column:
-                return x, y, tf.cast(columns[features + 1], tf.float32)
+                return x, y, tf.cast(values[position[spec.weight_column]], tf.float32)
             if class_table is not None:
                 return x, y, _class_weights(y, class_table)
             return x, y
@@ -166,24 +165,57 @@ class _Chief(loop.EpochRunner):
 
     def _plain_copy(self):
         """The trained model outside the strategy (its variables on the parameter servers)."""
-        plain = loop.build_model(self.spec, self.ctx.feedSpec)
+        plain, _ = loop.build_model(self.spec, self.ctx.feedSpec)
         plain.set_weights(self.model.get_weights())
         return plain
 
 
-def _shape_input(column, row, spec):
-    """One feature batch shaped and typed for its model input, in the graph, by the rule
-    the all-reduce feed applies to numpy batches (``keras_steps.input_conversion``)."""
+def _record_row(info) -> tuple:
+    """(TensorFlow dtype, row shape) of a column in the records (``_dense``)."""
     import tensorflow as tf
 
-    dtype, shape = row
-    reshape, cast = keras_steps.input_conversion(shape, dtype.kind, spec)
-    if reshape is not None:
-        column = tf.reshape(column, [-1, *reshape])
-    if cast is not None:
-        column = tf.cast(column, cast)
+    info = info if isinstance(info, ColumnInfo) else ColumnInfo.from_json(info)
+    dtype = tf.string if info.is_text else tf.as_dtype(info.dtype)
+    return dtype, tuple(info.longest if d is None else d for d in info.shape)
+
+
+def _dense(values, info) -> np.ndarray:
+    """Chunk values as one dense array: variable-length rows padded to the longest row."""
+    info = info if isinstance(info, ColumnInfo) else ColumnInfo.from_json(info)
+    if isinstance(values, columns.Padded):
+        return columns.widen(values.values, info.longest)
+    if info.varies and values.shape[1] < info.longest:
+        return columns.widen(values, info.longest)
+    return values
+
+
+def _graph_input(column, binding):
+    """One feature batch as its model input declares it, in the graph: reshaped, padded
+    (or cut back from the longest row) to the declared length, cast."""
+    import tensorflow as tf
+
+    shape, dtype = binding.shape, binding.dtype
+    if shape is not None and all(d is not None for d in shape):
+        row = tuple(column.shape[1:])
+        if len(row) == len(shape) and row[1:] == tuple(shape[1:]) and row[0] != shape[0]:
+            column = column[:, :shape[0]]
+            pad = [[0, 0], [0, max(0, shape[0] - row[0])]] + [[0, 0]] * (len(row) - 1)
+            column = tf.pad(column, pad)
+        elif row != tuple(shape):
+            column = tf.reshape(column, [-1, *shape])
+    elif shape is not None and len(shape) == 1 and column.shape.rank == 1:
+        column = column[:, None]
+    if dtype is not None and not columns.is_string_dtype(dtype) and column.dtype != tf.string:
+        column = tf.cast(column, dtype)
+    elif dtype is None and column.dtype.is_floating:
+        column = tf.cast(column, tf.float32)
     return column
 
+
+def _graph_label(column):
+    import tensorflow as tf
+
+    return tf.cast(column, tf.float32) if column.dtype.is_floating else column
 
 
 def _class_weights(labels, table):

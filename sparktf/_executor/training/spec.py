@@ -11,6 +11,7 @@ import numpy as np
 
 from sparktf._executor import feed
 from sparktf._executor.training import keras_steps
+from sparktf._executor.training.bindings import Bindings
 
 EXPORT_DIR = "export"
 SAVED_MODEL = "saved_model"
@@ -24,7 +25,7 @@ class TrainSpec:
     model_fn: Callable[[dict], Any]
     hparams: dict
     feature_columns: tuple[str, ...]
-    label_column: str
+    label_columns: tuple[str, ...]
     epochs: int
     batch_size: int
     model_dir: str
@@ -36,43 +37,47 @@ class TrainSpec:
     summary_steps: int = 0  # also log the training loss every this many steps (0: never)
     weight_column: str | None = None  # Keras's sample_weight, for training and validation
     class_weight: dict | None = None  # Keras's class_weight: class index -> weight
+    spark_types: dict = dataclasses.field(default_factory=dict)  # column -> Spark type name
 
     @property
     def validates_in_loop(self) -> bool:
         return self.has_validation and not self.evaluator
 
     @property
-    def columns(self) -> list[str]:
-        """The columns a task reads: the features, the label, then the weight if any."""
-        return [*self.feature_columns, self.label_column,
-                *([self.weight_column] if self.weight_column else [])]
+    def label_column(self) -> str:
+        """The first label column (the only one of a single-output model)."""
+        return self.label_columns[0]
 
-    def batches(self, shard: feed.Shard, sizes, epoch: int | None = None, specs=()):
+    @property
+    def columns(self) -> list[str]:
+        """The columns a task reads: the features, the labels, then the weight if any."""
+        return list(dict.fromkeys([*self.feature_columns, *self.label_columns,
+                                   *([self.weight_column] if self.weight_column else [])]))
+
+    def batches(self, shard: feed.Shard, sizes, bindings: Bindings, epoch: int | None = None,
+                infos: dict | None = None):
         """``shard`` as step data for ``train_step``/``test_step``, one batch of each of
         ``sizes`` rows: in order, or with ``epoch`` and ``shuffle``, shuffled with that
-        epoch's own seed. ``specs``: the model inputs' (shape, dtype), to shape features."""
+        epoch's own seed; ``bindings`` make each batch the model's inputs and labels."""
         seed = (None if epoch is None or not self.shuffle
                 else (self.seed * 1_000_003 + epoch) % (2 ** 63))
-        for batch in feed.step_batches(shard, sizes, self.columns, seed):
-            yield self.step_data(batch, specs)
+        for batch in feed.step_batches(shard, sizes, self.columns, seed, infos):
+            yield self.step_data(batch, bindings)
 
-    def step_data(self, batch: dict, specs=()) -> tuple:
+    def step_data(self, batch: dict, bindings: Bindings) -> tuple:
         """One batch of columns as ``(x, y[, sample_weight])``, as Keras's adapters give it."""
-        x = keras_steps.to_model_inputs([batch[c] for c in self.feature_columns], specs)
-        y = batch[self.label_column]
+        y = bindings.y(batch)
         weight = None
         if self.weight_column:
             weight = batch[self.weight_column].astype(np.float32)
         elif self.class_weight:
             weight = class_weights(y, self.class_weight)
-        return keras_steps.step_data(x, y, weight)
+        return keras_steps.step_data(bindings.x(batch), y, weight)
 
-    def template(self, feed_spec: dict, specs=()) -> tuple:
+    def template(self, feed_spec: dict, bindings: Bindings) -> tuple:
         """A zero-row batch with the columns' shapes and dtypes (``ctx.feedSpec``): what
         builds the model's variables before any row is read."""
-        batch = {name: np.zeros((0, width) if width else (0,), dtype=np.dtype(dtype))
-                 for name, (dtype, width) in feed_spec.items()}
-        return self.step_data(batch, specs)
+        return self.step_data(feed.empty_batch(self.columns, feed_spec), bindings)
 
 
 def class_weights(labels: np.ndarray, class_weight: dict) -> np.ndarray:

@@ -11,21 +11,22 @@ from __future__ import annotations
 import itertools
 import time
 
-from sparktf._executor.training import checkpoint, keras_steps, summaries
+from sparktf._executor.training import checkpoint, summaries
 from sparktf._protocol import heartbeats
 
 
-def _dataset(strategy, shard, sizes, spec, specs, shuffle: bool):
+def _dataset(strategy, shard, sizes, spec, bound, infos, shuffle: bool):
     """A distributed dataset yielding this worker's batches of ``sizes`` rows per epoch,
     forever, as ``(x, y[, sample_weight])``."""
     import tensorflow as tf
 
     def epoch_batches():
         for epoch in itertools.count():
-            yield from spec.batches(shard, sizes, epoch if shuffle else None, specs)
+            yield from spec.batches(shard, sizes, bound, epoch if shuffle else None, infos)
 
     def spec_of(a):
-        return tf.TensorSpec((None,) + a.shape[1:], tf.as_dtype(a.dtype))
+        return tf.TensorSpec((None,) + a.shape[1:],
+                             tf.string if a.dtype == object else tf.as_dtype(a.dtype))
 
     signature = tf.nest.map_structure(spec_of, next(epoch_batches()))
 
@@ -36,15 +37,13 @@ def _dataset(strategy, shard, sizes, spec, specs, shuffle: bool):
     return strategy.distribute_datasets_from_function(make)
 
 
-def fit(spec, ctx, strategy, model, first_epoch: int, history: dict, plan,
+def fit(spec, ctx, strategy, model, bound, first_epoch: int, history: dict, plan,
         val_plan=None) -> dict:
     """Runs tf_keras' own fit from ``first_epoch`` over the steps of ``plan`` (and
     ``val_plan``, both ``training.StepPlan``); returns the complete history."""
     import tf_keras
 
     steps = plan.steps
-
-    specs = keras_steps.input_specs(model)
 
     class SparktfHooks(tf_keras.callbacks.Callback):
         """Heartbeats, driver progress and per-epoch checkpoints."""
@@ -83,9 +82,11 @@ def fit(spec, ctx, strategy, model, first_epoch: int, history: dict, plan,
                                  time.monotonic() - self.started)
 
     hooks = SparktfHooks()
-    validation = (_dataset(strategy, ctx.validationShard, val_plan.sizes, spec, specs, False)
+    validation = (_dataset(strategy, ctx.validationShard, val_plan.sizes, spec, bound,
+                           ctx.feedSpec, False)
                   if val_plan is not None else None)
-    model.fit(_dataset(strategy, ctx.shard, plan.sizes, spec, specs, spec.shuffle),
+    model.fit(_dataset(strategy, ctx.shard, plan.sizes, spec, bound, ctx.feedSpec,
+                       spec.shuffle),
               epochs=spec.epochs, initial_epoch=first_epoch, steps_per_epoch=steps,
               validation_data=validation,
               validation_steps=val_plan.steps if val_plan is not None else None,

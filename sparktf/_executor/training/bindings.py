@@ -1,0 +1,140 @@
+"""Which column feeds which model input and which label column which output, and how a
+batch of columns becomes ``(x, y[, sample_weight])`` as Keras's ``fit`` takes it.
+
+Inputs are matched by name when the model's inputs are named after columns
+(``keras.Input(name="age")``, dict inputs), else in order; labels go to the outputs
+of the same names, else in order. Every column is checked against what its input
+declares (``columns.check_input``) once the model exists, before the first step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+from sparktf._executor import columns
+from sparktf._executor.columns import ColumnInfo, FeedError
+
+
+@dataclasses.dataclass(frozen=True)
+class InputBinding:
+    """A column feeding one model input of declared ``shape`` (None: unknown) and dtype."""
+
+    column: str
+    name: str
+    shape: tuple | None
+    dtype: str | None
+    fixed: bool = False  # an ml Vector: never padded
+
+
+@dataclasses.dataclass(frozen=True)
+class Bindings:
+    """How one model takes a batch of columns."""
+
+    inputs: tuple[InputBinding, ...]
+    inputs_as_dict: bool  # the model's inputs are a dict (keyed by input name)
+    labels: tuple[str, ...]
+    outputs: tuple[str, ...] | None  # y as a dict keyed by these output names, else in order
+
+    def x(self, batch: dict):
+        values = [columns.to_input(batch[b.column], b.column, b.shape, b.dtype, b.fixed)
+                  for b in self.inputs]
+        if self.inputs_as_dict:
+            return {b.name: v for b, v in zip(self.inputs, values)}
+        return values[0] if len(values) == 1 else tuple(values)
+
+    def y(self, batch: dict):
+        values = [columns.to_label(batch[c]) for c in self.labels]
+        if len(values) == 1:
+            return values[0]
+        if self.outputs is not None:
+            return dict(zip(self.outputs, values))
+        return tuple(values)
+
+    @property
+    def input_mapping(self) -> dict[str, str]:
+        """Column -> model input name."""
+        return {b.column: b.name for b in self.inputs}
+
+
+def declared_inputs(model) -> list[tuple[str, tuple | None, str | None]]:
+    """(name, shape without batch or None, dtype or None) of each model input, in the
+    model's order; empty when the model does not declare them (subclassed, unbuilt)."""
+    try:
+        tensors = model.inputs or []
+    except (AttributeError, ValueError):
+        return []
+    struct = getattr(model, "_inputs_struct", None)
+    names = (list(struct) if isinstance(struct, dict) and len(struct) == len(tensors)
+             else [getattr(t, "name", "") or f"input_{i}" for i, t in enumerate(tensors)])
+    out = []
+    for name, tensor in zip(names, tensors):
+        shape = tuple(tensor.shape[1:])
+        dtype = getattr(tensor, "dtype", None)
+        out.append((name, shape, None if dtype is None else str(getattr(dtype, "name", dtype))))
+    return out
+
+
+def output_names(model) -> list[str] | None:
+    """The model's output names in order (Keras 3 functional models), else None."""
+    try:
+        names = list(model.output_names or [])
+    except (AttributeError, ValueError, TypeError):
+        return None
+    return names or None
+
+
+def bind(model, feature_columns: Sequence[str], label_columns: Sequence[str],
+         infos: dict, spark_types: dict | None = None) -> Bindings:
+    """The model's ``Bindings`` for these columns; ``FeedError`` naming the column when one
+    cannot become what its input declares (``infos``: column -> ``ColumnInfo`` over
+    every task's rows, i.e. ``ctx.feedSpec``)."""
+    infos = {k: v if isinstance(v, ColumnInfo) else ColumnInfo.from_json(v)
+             for k, v in (infos or {}).items()}
+    declared = declared_inputs(model)
+    struct = getattr(model, "_inputs_struct", None)
+    if declared:
+        pairs = _match_inputs(declared, list(feature_columns))
+    else:  # a subclassed model: the columns in order, shapes taken as they come
+        pairs = [(c, (c, None, None)) for c in feature_columns]
+    inputs = []
+    for column, (name, shape, dtype) in pairs:
+        info = infos.get(column)
+        if info is not None:
+            columns.check_input(column, info, (spark_types or {}).get(column, info.dtype),
+                                name, shape, dtype)
+        inputs.append(InputBinding(column, name, shape, dtype,
+                                   fixed=bool(info is not None and info.vector)))
+    outputs = None
+    if len(label_columns) > 1:
+        outputs = _match_outputs(output_names(model), list(label_columns))
+    return Bindings(tuple(inputs), isinstance(struct, dict), tuple(label_columns), outputs)
+
+
+def _match_inputs(declared, feature_columns: list[str]) -> list[tuple[str, tuple]]:
+    names = [d[0] for d in declared]
+    if len(declared) > 1 or names[0] in feature_columns:
+        by_name = {d[0]: d for d in declared}
+        if set(names) <= set(feature_columns):
+            return [(name, by_name[name]) for name in names]
+    if len(declared) == len(feature_columns):
+        return list(zip(feature_columns, declared))
+    missing = [n for n in names if n not in feature_columns]
+    raise FeedError(
+        f"The model has {len(declared)} input(s) {names} but the feature columns are "
+        f"{feature_columns}; input(s) {missing} have no column of that name. Name the "
+        "model's inputs after columns (keras.Input(name='age')), or set inputCols to one "
+        "column per input, in the model's input order.")
+
+
+def _match_outputs(names: list[str] | None, labels: list[str]) -> tuple[str, ...] | None:
+    if names is None:
+        return None  # in order, as a tuple
+    if set(labels) <= set(names) and len(labels) == len(names):
+        return tuple(labels)
+    if len(names) != len(labels):
+        raise FeedError(f"labelCols has {len(labels)} column(s) {labels} but the model has "
+                        f"{len(names)} output(s) {names}: give one label column per output, "
+                        "named after the output or in the outputs' order.")
+    return tuple(names)
+
