@@ -124,6 +124,8 @@ def wait_gone(pids, timeout: float = 30.0) -> list[int]:
 # (model kind, workers, batch size, worst key, its relative difference): filled by
 # the Keras conformance tests, printed at the end of the run.
 CONFORMANCE: list[tuple] = []
+# (data kind, workers, worst key, its relative difference): filled by test_data_kinds
+DATA_KINDS: list[tuple] = []
 
 
 class Finished:
@@ -326,6 +328,13 @@ def pytest_terminal_summary(terminalreporter):
         write("")
         write("Jobs run beside the in-process tests (their own driver processes): "
               + ", ".join(f"{job.name} {job.seconds:.0f} s" for job in ran))
+    if DATA_KINDS:
+        write("")
+        write("Data kinds: TFEstimator.fit + transform / SQL vs keras Model.fit + predict on "
+              "the same rows (max relative difference)")
+        write(f"{'data kind':40} {'workers':>7}  {'max rel diff':>12}  worst")
+        for name, workers, key, diff in DATA_KINDS:
+            write(f"{name:40} {workers:>7}  {diff:>12.2e}  {key}")
     if not CONFORMANCE:
         return
     write("")

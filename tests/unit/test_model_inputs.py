@@ -101,8 +101,8 @@ def test_inputs_are_fed_by_name_in_any_column_order_or_else_in_order():
 def test_labels_go_to_outputs_by_name_else_in_order():
     model = _model(["age"])
     by_name = bindings.bind(model, ["age"], ["dear", "price"], {})
-    y = by_name.y({"dear": np.zeros(2, np.int64), "price": np.ones(2)})
-    assert y["price"].dtype == np.float32 and y["dear"].dtype == np.int64
+    price, dear = by_name.y({"dear": np.zeros(2, np.int64), "price": np.ones(2)})
+    assert price.dtype == np.float32 and dear.dtype == np.int64  # the model's output order
     in_order = bindings.bind(model, ["age"], ["p", "d"], {})
     assert in_order.outputs == ("price", "dear")
     with pytest.raises(FeedError, match="labelCols has 3 column"):

@@ -34,7 +34,9 @@ class Bindings:
     inputs: tuple[InputBinding, ...]
     inputs_as_dict: bool  # the model's inputs are a dict (keyed by input name)
     labels: tuple[str, ...]
-    outputs: tuple[str, ...] | None  # y as a dict keyed by these output names, else in order
+    outputs: tuple[str, ...] | None  # the output each label feeds, by name (None: in order)
+    outputs_as_dict: bool = False  # the model's outputs are a dict (keyed by output name)
+    model_outputs: tuple[str, ...] = ()  # the model's output names, in its order
 
     def x(self, batch: dict):
         values = [columns.to_input(batch[b.column], b.column, b.shape, b.dtype, b.fixed)
@@ -44,12 +46,20 @@ class Bindings:
         return values[0] if len(values) == 1 else tuple(values)
 
     def y(self, batch: dict):
-        values = [columns.to_label(batch[c]) for c in self.labels]
+        return self.arrange_labels([columns.to_label(batch[c]) for c in self.labels])
+
+    def arrange_labels(self, values: list):
+        """The label columns' values (in ``labels`` order) as the model's outputs take them."""
         if len(values) == 1:
             return values[0]
-        if self.outputs is not None:
-            return dict(zip(self.outputs, values))
-        return tuple(values)
+        if self.outputs is None:
+            return tuple(values)
+        by_name = dict(zip(self.outputs, values))
+        if self.outputs_as_dict:
+            return by_name
+        # a list of outputs takes a list of labels: Keras's own fit fails on a dict of
+        # labels with sample weights there (its loss looks the weights up by position)
+        return tuple(by_name[name] for name in self.model_outputs)
 
     @property
     def input_mapping(self) -> dict[str, str]:
@@ -105,10 +115,12 @@ def bind(model, feature_columns: Sequence[str], label_columns: Sequence[str],
                                 name, shape, dtype)
         inputs.append(InputBinding(column, name, shape, dtype,
                                    fixed=bool(info is not None and info.vector)))
-    outputs = None
+    outputs, names = None, output_names(model)
     if len(label_columns) > 1:
-        outputs = _match_outputs(output_names(model), list(label_columns))
-    return Bindings(tuple(inputs), isinstance(struct, dict), tuple(label_columns), outputs)
+        outputs = _match_outputs(names, list(label_columns))
+    return Bindings(tuple(inputs), isinstance(struct, dict), tuple(label_columns), outputs,
+                    isinstance(getattr(model, "_outputs_struct", None), dict),
+                    tuple(names or ()))
 
 
 def _match_inputs(declared, feature_columns: list[str]) -> list[tuple[str, tuple]]:

@@ -150,8 +150,7 @@ class _Chief(loop.EpochRunner):
             x = ({b.name: v for b, v in zip(bound.inputs, inputs)} if bound.inputs_as_dict
                  else inputs[0] if len(inputs) == 1 else tuple(inputs))
             labels = [_graph_label(values[position[c]]) for c in bound.labels]
-            y = (labels[0] if len(labels) == 1 else dict(zip(bound.outputs, labels))
-                 if bound.outputs is not None else tuple(labels))
+            y = bound.arrange_labels(labels)
             if spec.weight_column:
                 return x, y, tf.cast(values[position[spec.weight_column]], tf.float32)
             if class_table is not None:
