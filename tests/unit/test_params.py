@@ -6,8 +6,8 @@ from pyspark.ml.param import Param, TypeConverters
 import sparktf
 from sparktf.ml import TFEstimator, TFModel
 
-NO_DEFAULT = {"inputCols", "labelCols", "validationCol", "modelDir", "modelPath", "taskCpus", "taskGpus",
-              "weightCol", "classWeight"}
+NO_DEFAULT = {"inputCols", "labelCols", "validationCol", "modelDir", "modelPath", "taskCpus",
+              "taskGpus", "weightCol", "classWeight"}
 
 
 def build(hparams):

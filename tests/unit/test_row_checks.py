@@ -46,4 +46,5 @@ def test_integer_and_vector_labels_are_never_non_finite():
     checks = RowChecks(("label",), ("label",))
     counts = checks.counter()
     counts.add(pa.RecordBatch.from_pydict({"label": pa.array([1, 2, None], pa.int64())}))
-    assert counts.as_dict()["nonfinite"] == {"label": 0} and counts.as_dict()["nulls"] == {"label": 1}
+    assert counts.as_dict()["nonfinite"] == {"label": 0}
+    assert counts.as_dict()["nulls"] == {"label": 1}
