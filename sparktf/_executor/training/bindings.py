@@ -75,10 +75,12 @@ def declared_inputs(model) -> list[tuple[str, tuple | None, str | None]]:
     except (AttributeError, ValueError):
         return []
     struct = getattr(model, "_inputs_struct", None)
-    names = (list(struct) if isinstance(struct, dict) and len(struct) == len(tensors)
-             else [getattr(t, "name", "") or f"input_{i}" for i, t in enumerate(tensors)])
+    if isinstance(struct, dict) and len(struct) == len(tensors):
+        named = list(struct.items())  # model.inputs flattens a dict in sorted key order
+    else:
+        named = [(getattr(t, "name", "") or f"input_{i}", t) for i, t in enumerate(tensors)]
     out = []
-    for name, tensor in zip(names, tensors):
+    for name, tensor in named:
         shape = tuple(tensor.shape[1:])
         dtype = getattr(tensor, "dtype", None)
         out.append((name, shape, None if dtype is None else str(getattr(dtype, "name", dtype))))
@@ -124,12 +126,14 @@ def bind(model, feature_columns: Sequence[str], label_columns: Sequence[str],
 
 
 def _match_inputs(declared, feature_columns: list[str]) -> list[tuple[str, tuple]]:
+    """By name when some input is named after a column (then every input must be), else
+    in order."""
     names = [d[0] for d in declared]
-    if len(declared) > 1 or names[0] in feature_columns:
-        by_name = {d[0]: d for d in declared}
-        if set(names) <= set(feature_columns):
-            return [(name, by_name[name]) for name in names]
-    if len(declared) == len(feature_columns):
+    named = [n for n in names if n in feature_columns]
+    if named and (len(declared) > 1 or len(feature_columns) > 1):
+        if len(named) == len(names):
+            return [(d[0], d) for d in declared]
+    elif len(declared) == len(feature_columns):
         return list(zip(feature_columns, declared))
     missing = [n for n in names if n not in feature_columns]
     raise FeedError(
