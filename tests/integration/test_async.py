@@ -12,7 +12,7 @@ from tests import conftest
 from tests.integration import data
 
 SCENARIOS = ["ps_regression", "run_ps", "evaluator_ps0", "evaluator_ps1", "ps_parquet",
-             "task_cpus"]
+             "task_cpus", "ps_kinds"]
 JOB = conftest.Job("async", "tests/integration/scripts/async_jobs.py", conftest.Job.WORKDIR,
                    *SCENARIOS, expected_s=95)
 
@@ -77,3 +77,11 @@ def test_task_cpus_reach_the_training_tasks_through_a_resource_profile(found):
     assert len({t["executor"] for t in result["tasks"]}) == 2  # one 2-CPU task per executor
     assert "needs 4 concurrent task slots" in result["refused"]
     assert "offers 3" in result["refused"]
+
+
+def test_parameter_servers_train_strings_sequences_and_two_labels(found):
+    result = found["ps_kinds"]
+    history = result["history"]
+    assert {"loss", "price_loss", "dear_loss"} <= set(history) and len(history["loss"]) == 4
+    assert history["price_loss"][-1] < history["price_loss"][0] / 2
+    assert result["scored"] == 600

@@ -62,6 +62,36 @@ def ps_regression(spark, workdir, lines):
                            "scalars": scalar_steps(model)})
 
 
+def kinds_model(hp):
+    import keras
+    keras.utils.set_random_seed(0)
+    city = keras.Input((1,), dtype="string", name="city")
+    seq = keras.Input((6,), dtype="int64", name="seq")
+    c = keras.layers.Flatten()(keras.layers.Embedding(4, 2)(
+        keras.layers.StringLookup(vocabulary=["a", "b", "c"])(city)))
+    s = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(9, 2, mask_zero=True)(seq))
+    price = keras.layers.Dense(1, name="price")(keras.layers.Concatenate()([c, s]))
+    dear = keras.layers.Dense(1, activation="sigmoid", name="dear")(
+        keras.layers.Concatenate()([c, s]))
+    model = keras.Model([city, seq], [price, dear])
+    model.compile(keras.optimizers.Adam(0.05), loss={"price": "mse",
+                                                     "dear": "binary_crossentropy"})
+    return model
+
+
+def ps_kinds(spark, workdir, lines):
+    """Strings, padded sequences and two labels through parameter-server training."""
+    from sparktf.ml import TFEstimator
+    rows = [(["a", "b", "c"][i % 3], [1 + i % 8] * (1 + i % 6), float(i % 3) + (i % 8) / 8,
+             int(i % 3 == 0)) for i in range(600)]
+    df = spark.createDataFrame(rows, "city string, seq array<bigint>, price double, dear int")
+    model = TFEstimator(modelFn=kinds_model, numWorkers=2, numPs=1, epochs=4, batchSize=32,
+                        labelCols=["price", "dear"], stallTimeout=180, verbose=2).fit(df)
+    model.setOutputMapping({"price": "price_hat", "dear": "dear_hat"})
+    scored = model.transform(df).where("price_hat IS NOT NULL AND dear_hat IS NOT NULL")
+    emit("ps_kinds", {"history": model.getHistory(), "scored": scored.count()})
+
+
 def scalar_steps(model):
     """{tag: [step, ...]} of the fit's training event file."""
     import glob
@@ -153,7 +183,7 @@ def run_ps(spark, workdir, lines):
 SCENARIOS = {"ps_regression": ps_regression, "run_ps": run_ps, "ps_parquet": ps_parquet,
              "evaluator_ps0": lambda spark, workdir, lines: evaluator(spark, workdir, lines, 0),
              "evaluator_ps1": lambda spark, workdir, lines: evaluator(spark, workdir, lines, 1),
-             "task_cpus": task_cpus}
+             "task_cpus": task_cpus, "ps_kinds": ps_kinds}
 
 
 def main(argv):
