@@ -16,6 +16,19 @@ JOBS = {name: conftest.Job(f"notebook {name}", "tests/integration/scripts/notebo
 
 pytestmark = pytest.mark.timeout(900)
 
+# what each notebook must print, the column its table of scored rows shows, its epochs
+EXPECTED = {
+    "digits_on_spark.ipynb": (["test accuracy: 0.9", "identical predictions after reload: True"],
+                              "confidence", 12),
+    "structured_data_on_spark.ipynb": (["test rmse: 0.", "inputs fed by name: {'city': 'city'",
+                                        "cities: [", "identical predictions after reload: True"],
+                                       "prediction", 20),
+}
+
+
+def test_every_notebook_has_its_expectations():
+    assert sorted(EXPECTED) == NAMES
+
 
 @pytest.mark.parametrize("name", NAMES)
 def test_notebook_executes(name):
@@ -25,17 +38,19 @@ def test_notebook_executes(name):
     outputs = [o for cell in notebook.cells if cell.cell_type == "code"
                for o in cell.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]
+    printed, table_column, epochs = EXPECTED[name]
     text = "".join(o.get("text", "") for o in outputs)
-    assert "test accuracy: 0.9" in text
-    assert "identical predictions after reload: True" in text
+    for line in printed:
+        assert line in text, line
     images = [o for o in outputs if "image/png" in o.get("data", {})]
     assert len(images) >= 2, "the training curves and the confusion matrix are not shown"
     for image in images:
         assert len(image["data"]["image/png"]) > 10_000  # a rendered plot, base64
-    assert any("<table" in o.get("data", {}).get("text/html", "") and "confidence" in
+    assert any("<table" in o.get("data", {}).get("text/html", "") and table_column in
                o["data"]["text/html"] for o in outputs), "no table of scored rows"
     widgets = [o for o in outputs
                if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
     assert widgets, "fit showed no progress widget"
-    assert any("sparktf epoch 1/12" in o["data"].get("text/plain", "") for o in widgets), \
+    assert any(f"sparktf epoch 1/{epochs}" in o["data"].get("text/plain", "")
+               for o in widgets), \
         [o["data"].get("text/plain") for o in widgets][:3]
