@@ -267,6 +267,8 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
             model_fn=self.getModelFn(), hparams=self.hparams(),
             feature_columns=tuple(features), label_columns=tuple(self.labelColumns()),
             spark_types=schema_checks.type_names(schema, features),
+            missing_features=(None if self.getFeaturesCol() in schema.fieldNames() or
+                              self.isSet(self.inputCols) else self.getFeaturesCol()),
             epochs=self.getEpochs(), batch_size=self.getBatchSize(), model_dir=model_dir,
             shuffle=self.getShuffle(), seed=self.getOrDefault(self.seed) % (2 ** 31),
             has_validation=self._holds_out_rows(),

@@ -48,7 +48,11 @@ def _stages(spark):
     ("features array<double>, label double", [([1.0, 2.0], math.nan)],
      "'label' has 1 NaN or infinite"),
     ("features array<double>, label double", [([1.0, 2.0], math.inf)], "NaN or infinite"),
-    ("features string, label double", [("a", 1.0)], "'features' has type string"),
+    ("features string, label double", [("a", 1.0)],
+     r"Column 'features' \(Spark type string\) cannot feed the model: input '.*' declares "
+     r"dtype float32 and shape \(2,\)"),
+    ("features map<string, double>, label double", [({"a": 1.0}, 1.0)],
+     "'features' has type map<string,double>"),
     ("features struct<a:double>, label double", [((1.0,), 1.0)],
      "'features' has type struct<a:double>"),
 ])
@@ -60,18 +64,25 @@ def test_bad_columns_and_values_are_refused_on_the_driver(spark, ddl, rows, frag
 
 def test_missing_column_and_empty_dataframe(spark):
     df = spark.createDataFrame([([1.0, 2.0], 1.0)], "x array<double>, label double")
-    with pytest.raises(sparktf.InvalidInputError, match="'features' is not in the DataFrame"):
+    with pytest.raises(sparktf.InvalidInputError, match="The DataFrame has no 'features' "
+                                                        "column and inputCols is not set"):
         _est().fit(df)
+    with pytest.raises(sparktf.InvalidInputError, match="'features' is not in the DataFrame"):
+        _est(featuresCol="features").fit(df)
     empty = spark.createDataFrame([], "features array<double>, label double")
     with pytest.raises(sparktf.InvalidInputError, match="has no rows"):
         _est().fit(empty)
 
 
-def test_ragged_arrays_fail_with_the_column_named(spark):
-    df = spark.createDataFrame([([1.0, 2.0], 1.0), ([1.0], 0.0)],
+def test_arrays_longer_than_the_input_fail_with_the_column_named(spark):
+    """Shorter rows are padded (pad_sequences, post); a longer one is never truncated."""
+    df = spark.createDataFrame([([1.0, 2.0], 1.0), ([1.0], 0.0), ([1.0, 2.0, 3.0], 0.0)],
                                "features array<double>, label double").repartition(1)
-    with pytest.raises(sparktf.TaskFailedError, match="'features' holds arrays of different"):
+    with pytest.raises(sparktf.InvalidInputError, match="'features' has a row of length 3, "
+                                                        "longer than the model input's "
+                                                        "declared length 2"):
         _est(numWorkers=1).fit(df)
+    _est(numWorkers=1).fit(df.where("size(features) <= 2"))
 
 
 def test_class_labels_outside_the_model_outputs(spark):

@@ -97,16 +97,17 @@ def output_names(model) -> list[str] | None:
 
 
 def bind(model, feature_columns: Sequence[str], label_columns: Sequence[str],
-         infos: dict, spark_types: dict | None = None) -> Bindings:
+         infos: dict, spark_types: dict | None = None, missing: str | None = None) -> Bindings:
     """The model's ``Bindings`` for these columns; ``FeedError`` naming the column when one
     cannot become what its input declares (``infos``: column -> ``ColumnInfo`` over
-    every task's rows, i.e. ``ctx.feedSpec``)."""
+    every task's rows, i.e. ``ctx.feedSpec``). ``missing``: the features column the
+    DataFrame lacks, when the columns were not chosen (then inputs match by name only)."""
     infos = {k: v if isinstance(v, ColumnInfo) else ColumnInfo.from_json(v)
              for k, v in (infos or {}).items()}
     declared = declared_inputs(model)
     struct = getattr(model, "_inputs_struct", None)
     if declared:
-        pairs = _match_inputs(declared, list(feature_columns))
+        pairs = _match_inputs(declared, list(feature_columns), missing)
     else:  # a subclassed model: the columns in order, shapes taken as they come
         pairs = [(c, (c, None, None)) for c in feature_columns]
     inputs = []
@@ -125,20 +126,28 @@ def bind(model, feature_columns: Sequence[str], label_columns: Sequence[str],
                     tuple(names or ()))
 
 
-def _match_inputs(declared, feature_columns: list[str]) -> list[tuple[str, tuple]]:
+def _match_inputs(declared, feature_columns: list[str],
+                  missing: str | None = None) -> list[tuple[str, tuple]]:
     """By name when some input is named after a column (then every input must be), else
-    in order."""
+    in order (unless the columns were not chosen: ``missing``)."""
     names = [d[0] for d in declared]
     named = [n for n in names if n in feature_columns]
-    if named and (len(declared) > 1 or len(feature_columns) > 1):
+    if named and (len(declared) > 1 or len(feature_columns) > 1 or missing):
         if len(named) == len(names):
             return [(d[0], d) for d in declared]
-    elif len(declared) == len(feature_columns):
+    elif len(declared) == len(feature_columns) and not missing:
         return list(zip(feature_columns, declared))
-    missing = [n for n in names if n not in feature_columns]
+    absent = [n for n in names if n not in feature_columns]
+    if missing:
+        raise FeedError(
+            f"The DataFrame has no '{missing}' column and inputCols is not set, so each "
+            f"model input is fed from the column of its name, but the model's input(s) "
+            f"{absent} have no column of that name (the columns are {feature_columns}). Set "
+            "featuresCol or inputCols, or name the model's inputs after columns "
+            "(keras.Input(name='age')).")
     raise FeedError(
         f"The model has {len(declared)} input(s) {names} but the feature columns are "
-        f"{feature_columns}; input(s) {missing} have no column of that name. Name the "
+        f"{feature_columns}; input(s) {absent} have no column of that name. Name the "
         "model's inputs after columns (keras.Input(name='age')), or set inputCols to one "
         "column per input, in the model's input order.")
 

@@ -50,7 +50,7 @@ def build_model(spec: TrainSpec, feed_spec: dict):
     model = spec.model_fn(dict(spec.hparams))
     keras_steps.check_compiled(model)
     bound = binding.bind(model, spec.feature_columns, spec.label_columns, feed_spec,
-                         spec.spark_types)
+                         spec.spark_types, spec.missing_features)
     if keras_steps.is_tf_keras(model):
         model.optimizer.build(model.trainable_variables)
     else:

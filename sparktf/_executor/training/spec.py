@@ -38,6 +38,9 @@ class TrainSpec:
     weight_column: str | None = None  # Keras's sample_weight, for training and validation
     class_weight: dict | None = None  # Keras's class_weight: class index -> weight
     spark_types: dict = dataclasses.field(default_factory=dict)  # column -> Spark type name
+    # the features column the DataFrame lacks when inputCols was not set: then every model
+    # input is fed from the column of its name, never in order
+    missing_features: str | None = None
 
     @property
     def validates_in_loop(self) -> bool:
