@@ -84,9 +84,9 @@ def check_weight_column(schema: T.StructType, column: str) -> None:
     """Raises ``InvalidInputError`` unless ``column`` is a numeric column of ``schema``."""
     check_feedable(schema, [column], "weight")
     if column_kind(schema[column].dataType) != "numeric":
-        raise InvalidInputError(f"The weight column '{column}' must hold one number per row "
-                                "(Keras's sample_weight). Received: type "
-                                f"{schema[column].dataType.simpleString()}")
+        raise InvalidInputError(f"The weight column '{column}' has type "
+                                f"{schema[column].dataType.simpleString()}; it must hold one "
+                                "number per row (Keras's sample_weight).")
 
 
 def check_against_input(schema: T.StructType, column: str, input_name: str, shape: tuple,

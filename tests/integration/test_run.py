@@ -177,15 +177,17 @@ def test_a_port_taken_between_choice_and_bind_is_handled(spark, tmp_path, caplog
 
 
 def test_data_errors_surface_with_the_column_name(spark):
-    df = spark.createDataFrame([([1.0, 2.0],), ([1.0],)], "a array<double>").repartition(1)
+    df = spark.createDataFrame([([1.0, 2.0],), ([1.0, None],)], "a array<double>").repartition(1)
 
-    with pytest.raises(sparktf.TaskFailedError, match="'a' holds arrays of different lengths"):
+    with pytest.raises(sparktf.InvalidInputError, match="'a' has null elements inside its "
+                                                        "arrays"):
         sparktf.run(spark, lambda a, c: None, numWorkers=1, df=df)
 
 
 def test_unfeedable_columns_are_refused_on_the_driver(spark):
-    df = spark.createDataFrame([("x", 1.0)], "s string, v double")
-    with pytest.raises(sparktf.InvalidInputError, match="'s' has type string"):
+    df = spark.createDataFrame([("x", 1.0)], "s string, v double").selectExpr(
+        "s", "v", "current_date() AS d")
+    with pytest.raises(sparktf.InvalidInputError, match="'d' has type date"):
         sparktf.run(spark, lambda a, c: None, numWorkers=2, df=df)
 
 

@@ -128,14 +128,12 @@ def bind(model, feature_columns: Sequence[str], label_columns: Sequence[str],
 
 def _match_inputs(declared, feature_columns: list[str],
                   missing: str | None = None) -> list[tuple[str, tuple]]:
-    """By name when some input is named after a column (then every input must be), else
-    in order (unless the columns were not chosen: ``missing``)."""
+    """By name when every input is named after a column, else in order (unless the
+    columns were not chosen: ``missing``)."""
     names = [d[0] for d in declared]
-    named = [n for n in names if n in feature_columns]
-    if named and (len(declared) > 1 or len(feature_columns) > 1 or missing):
-        if len(named) == len(names):
-            return [(d[0], d) for d in declared]
-    elif len(declared) == len(feature_columns) and not missing:
+    if set(names) <= set(feature_columns) and (len(feature_columns) > 1 or missing):
+        return [(d[0], d) for d in declared]
+    if len(declared) == len(feature_columns) and not missing:
         return list(zip(feature_columns, declared))
     absent = [n for n in names if n not in feature_columns]
     if missing:
