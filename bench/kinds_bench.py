@@ -99,7 +99,7 @@ def side_by_side(base: str, rows: int, rounds: int) -> None:
     subprocess.run(["git", "worktree", "add", "--detach", worktree, base], cwd=ROOT,
                    check=True, capture_output=True)
     try:
-        best: dict = {"head": {}, "base": {}}
+        seen: dict = {"head": {}, "base": {}}
         for i in range(rounds):
             for side, checkout in (("base", worktree), ("head", ROOT)) if i % 2 == 0 else \
                     (("head", ROOT), ("base", worktree)):
@@ -107,16 +107,19 @@ def side_by_side(base: str, rows: int, rounds: int) -> None:
                 print(f"  round {i + 1} {side}: feed {result['feed']:,.0f} rows/s, warm "
                       f"scoring {result['score_warm']:,.0f} rows/s", flush=True)
                 for key in ("feed", "score_warm"):
-                    best[side][key] = max(best[side].get(key, 0), result[key])
+                    seen[side].setdefault(key, []).append(result[key])
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", worktree], cwd=ROOT,
                        capture_output=True)
-    print(f"\nnumbers, {rows:,} 28-float rows, best of {rounds} rounds, rows/s")
-    print(f"  {'':34}{'base ' + base:>16}{'this checkout':>16}{'head / base':>13}")
+    import statistics
+    print(f"\nnumbers, {rows:,} 28-float rows, {rounds} rounds each, rows/s")
+    print(f"  {'':34}{'':>8}{'base ' + base:>16}{'this checkout':>16}{'head / base':>13}")
     for key, name in (("feed", "feed (ctx.dataset, end to end)"),
                       ("score_warm", "TFModel.transform, warm")):
-        b, h = best["base"][key], best["head"][key]
-        print(f"  {name:34}{b:16,.0f}{h:16,.0f}{h / b:12.3f}x  (target >= 0.95)")
+        for how, pick in (("best", max), ("median", statistics.median)):
+            b, h = pick(seen["base"][key]), pick(seen["head"][key])
+            print(f"  {name if how == 'best' else '':34}{how:>8}{b:16,.0f}{h:16,.0f}"
+                  f"{h / b:12.3f}x  (target >= 0.95)")
 
 
 def text_frame(spark, rows: int):

@@ -9,7 +9,7 @@ import pytest
 
 from tests import conftest
 
-SCENARIOS = ["fit_transform", "run_with_df", "bad_input", "pipeline_persistence",
+SCENARIOS = ["fit_transform", "kinds", "run_with_df", "bad_input", "pipeline_persistence",
              "cross_validator", "train_validation_split", "streaming"]
 JOB = conftest.Job("connect", "tests/integration/scripts/connect_jobs.py",
                    conftest.Job.WORKDIR, *SCENARIOS, expected_s=110)
@@ -74,3 +74,11 @@ def test_train_validation_split_on_connect(found):
 def test_streaming_query_scored_into_a_memory_sink_on_connect(found):
     result = _ok(found, "streaming")
     assert result["rows"] == result["batch_rows"] > 0
+
+
+def test_column_kinds_by_name_and_preprocessing_statistics_on_connect(found):
+    result = found["kinds"]
+    assert "failed" not in result, result.get("failed")
+    assert result["keys"] and result["max_rel_diff"] < 1e-3, result
+    assert result["scored"] == result["rows"]
+    assert result["vocabulary_equal"]

@@ -174,7 +174,37 @@ def streaming(spark, workdir):
     emit("streaming", {"rows": rows, "batch_rows": batch})
 
 
-SCENARIOS = {"fit_transform": fit_transform, "run_with_df": run_with_df,
+def kinds(spark, workdir):
+    """Strings, integers and floats fed by name, two labels, and preprocessing.adapt, from a
+    Connect client; Keras's fit on the same rows is the oracle."""
+    import keras
+    import numpy as np
+
+    from sparktf.ml import TFEstimator
+    from sparktf.ml import preprocessing as pp
+    from tests.integration import data_kinds
+    kind = data_kinds.KINDS[0]  # strings + ints + floats by name
+    rows, x, y, _ = data_kinds.data(kind)
+    df = spark.createDataFrame(rows, kind.schema).repartition(2)
+    fitted = TFEstimator(modelFn=kind.model_fn, numWorkers=2, epochs=kind.epochs,
+                         batchSize=len(rows), shuffle=False, verbose=0,
+                         **kind.params).fit(df)
+    oracle = kind.model_fn({}).fit(x, y, batch_size=len(rows), epochs=kind.epochs,
+                                   shuffle=False, verbose=0).history
+    history = fitted.getHistory()
+    worst = max(abs(a - b) / max(abs(b), 1e-3) for key in oracle
+                for a, b in zip(history[key], oracle[key]))
+    scored = fitted.transform(df).where("prediction IS NOT NULL").count()
+    lookup = keras.layers.StringLookup()
+    lookup.adapt(np.array([r[0] for r in rows]))
+    state = pp.adapt(df, {"city": pp.StringLookup(), "area": pp.Normalization()})
+    emit("kinds", {"max_rel_diff": worst, "keys": sorted(history) == sorted(oracle),
+                   "scored": scored, "rows": len(rows),
+                   "vocabulary_equal": pp.layer(state["city"]).get_vocabulary() ==
+                   lookup.get_vocabulary()})
+
+
+SCENARIOS = {"fit_transform": fit_transform, "kinds": kinds, "run_with_df": run_with_df,
              "bad_input": bad_input, "pipeline_persistence": pipeline_persistence,
              "cross_validator": cross_validator, "streaming": streaming,
              "train_validation_split": train_validation_split}
