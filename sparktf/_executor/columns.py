@@ -11,11 +11,8 @@ One column goes through three forms, each defined here:
   and bytes object arrays ``(n,)``; arrays whose rows all have the same length an N-d
   array; variable-length arrays a ``Padded`` (padded at the end with 0, or "" for
   strings, to the chunk's longest row, plus each row's length).
-- **model input** (``to_input``): a batch of chunk values as one model input declares it
-  (shape and dtype): reshaped when a flat array holds the declared shape's values, padded
-  at the end to the declared length (``keras.utils.pad_sequences(padding="post")``) or,
-  for a length of ``None``, to the batch's longest row; cast to the declared dtype
-  (integers never pass through float32).
+- **model input** (``tensors.to_input``): a batch of chunk values as one model input
+  declares it.
 
 ``ColumnInfo`` describes a column over every row a task received (``describe``); the
 tasks merge theirs (``merge``), so every task knows whether a column's length varies and
@@ -25,7 +22,6 @@ its longest row before the model sees a batch.
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Sequence
 
 import numpy as np
@@ -316,117 +312,9 @@ def vectors_to_matrix(arr: pa.StructArray, name: str) -> np.ndarray:
     return out
 
 
-# -------------------------------------------------------------------------- model input
-
-
 def empty_values(info: ColumnInfo):
     """Zero rows of a column as ``info`` describes it (a step where a worker has no rows)."""
     dtype = object if info.is_text else np.dtype(info.dtype)
     values = np.zeros((0, *(d if d is not None else info.longest for d in info.shape)),
                       dtype=dtype)
     return Padded(values, np.zeros(0, np.int64)) if info.varies else values
-
-
-def is_string_dtype(dtype) -> bool:
-    return dtype is not None and str(dtype) in ("string", "tf.string", "object")
-
-
-def check_input(column: str, info: ColumnInfo, spark: str, input_name: str, shape,
-                dtype) -> None:
-    """Raises ``FeedError`` if the column (as ``info`` describes every row of it) cannot
-    become the model input ``input_name`` of ``shape`` (without the batch; None: unknown)
-    and ``dtype``; says what to change."""
-    declared = f"input '{input_name}' declares dtype {dtype} and shape {_shape_text(shape)}"
-    if dtype is not None and is_string_dtype(dtype) != info.is_text:
-        fix = ("Index the column first (StringIndexer) or give the model a string input "
-               "(keras.Input(shape=(1,), dtype='string') into a StringLookup)"
-               if info.is_text else "Cast the column to string or declare a numeric input")
-        raise FeedError(f"Column '{column}' (Spark type {spark}) cannot feed the model: "
-                        f"{declared}. {fix}.")
-    if shape is None or any(d is None for d in shape):
-        if shape is not None and len(info.shape) > len(shape) and not info.varies:
-            _shape_error(column, spark, declared, info)
-        return
-    if not info.varies:
-        if info.shape != tuple(shape) and math.prod(info.shape) != math.prod(shape):
-            _shape_error(column, spark, declared, info)
-        return
-    if info.vector or len(shape) != len(info.shape) or tuple(shape[1:]) != info.shape[1:]:
-        _shape_error(column, spark, declared, info)
-    if info.longest > shape[0]:
-        raise FeedError(too_long(column, info.longest, shape[0]))
-
-
-def too_long(column: str, length: int, limit: int) -> str:
-    return (f"Column '{column}' has a row of length {length}, longer than the model input's "
-            f"declared length {limit}; sparktf pads shorter rows but never truncates. "
-            f"Declare the input with length >= {length} (or None: each batch padded to its "
-            "longest row), or cut the arrays in Spark first (slice(col, 1, n)).")
-
-
-def _shape_error(column, spark, declared, info) -> None:
-    raise FeedError(f"Column '{column}' (Spark type {spark}, rows of shape "
-                    f"{_shape_text(info.shape)}) cannot feed the model: {declared}. Make the "
-                    "input's shape match the rows (a flat array may hold the input's values "
-                    "in row-major order), or change the column.")
-
-
-def _shape_text(shape) -> str:
-    if shape is None:
-        return "unknown"
-    return "(" + ", ".join("None" if d is None else str(d) for d in shape) + \
-        ("," if len(shape) == 1 else "") + ")"
-
-
-def to_input(values, column: str, shape, dtype, fixed: bool = False) -> np.ndarray:
-    """A batch of chunk values as the model input of ``shape`` (without the batch; None:
-    unknown) and ``dtype`` declares it (see the module docstring). ``fixed``: the column's
-    rows never vary in length (ml Vectors), so a different length is an error, not padding."""
-    if isinstance(values, Padded):
-        values = _padded_to(values, column, shape)
-    elif shape is not None and values.ndim > 1 and all(d is not None for d in shape):
-        row = values.shape[1:]
-        if row != tuple(shape):
-            if math.prod(row) == math.prod(shape):
-                values = values.reshape((len(values),) + tuple(shape))
-            elif (not fixed and len(row) == len(shape) and row[1:] == tuple(shape[1:])
-                  and row[0] < shape[0]):
-                values = widen(values, shape[0])
-            elif row[0] > shape[0] and row[1:] == tuple(shape[1:]) and not fixed:
-                raise FeedError(too_long(column, row[0], shape[0]))
-            else:
-                raise FeedError(f"Column '{column}' has rows of shape {_shape_text(row)} but "
-                                f"the model input expects shape {_shape_text(shape)}.")
-    elif shape is not None and values.ndim == 1 and len(shape) == 1 and shape[0] in (1, None):
-        values = values.reshape(len(values), 1)
-    return cast(values, dtype)
-
-
-def _padded_to(values: Padded, column: str, shape) -> np.ndarray:
-    limit = shape[0] if shape else None
-    longest = int(values.lengths.max()) if len(values) else 0
-    if limit is None:
-        return widen(values.values, longest)
-    if longest > limit:
-        raise FeedError(too_long(column, longest, limit))
-    return widen(values.values, limit)
-
-
-def cast(values: np.ndarray, dtype) -> np.ndarray:
-    """``values`` as ``dtype`` declares (text stays text); with no declared dtype, floats
-    other than float32 become float32, as Keras's ``fit`` makes them (its floatx)."""
-    if values.dtype == object:
-        return values
-    if dtype is None or is_string_dtype(dtype):
-        return values.astype(np.float32) if values.dtype.kind == "f" and \
-            values.dtype != np.float32 else values
-    target = np.dtype(str(dtype).replace("tf.", ""))
-    return values if values.dtype == target else values.astype(target)
-
-
-def to_label(values) -> np.ndarray:
-    """A label batch as Keras's ``fit`` takes it from numpy: floats as float32, integers
-    and booleans as they are, variable-length arrays padded to the batch's longest row."""
-    if isinstance(values, Padded):
-        values = widen(values.values, int(values.lengths.max()) if len(values) else 0)
-    return cast(values, None)

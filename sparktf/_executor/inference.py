@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sparktf._executor import columns, gpu, storage
+from sparktf._executor import columns, gpu, storage, tensors
 
 REGRESSION, BINARY, MULTICLASS = "regression", "binary", "multiclass"
 
@@ -365,7 +365,7 @@ def model_input(column: pa.Array, binding: InputBinding) -> np.ndarray:
     values = columns.chunk_values(columns.spill_array(column, binding.column), binding.column)
     if shape == () and getattr(values, "ndim", 1) == 2 and values.shape[1] == 1:
         values = values[:, 0]
-    return columns.to_input(values, binding.column, shape, binding.dtype,
+    return tensors.to_input(values, binding.column, shape, binding.dtype,
                             fixed=columns.is_vector_type(column.type))
 
 

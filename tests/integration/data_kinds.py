@@ -55,26 +55,24 @@ def text(hp):
     return model
 
 
-def sequences(hp):
-    """Token ids of varying length into Embedding(mask_zero=True), declared length 10."""
+def _sequence_model(length):
     keras = _seeded()
-    ids = keras.Input((10,), dtype="int64", name="tokens")
+    ids = keras.Input((length,), dtype="int64", name="tokens")
     embedded = keras.layers.Embedding(20, 4, mask_zero=True)(ids)
     hidden = keras.layers.GlobalAveragePooling1D()(embedded)
     model = keras.Model(ids, keras.layers.Dense(1)(hidden))
     model.compile(keras.optimizers.SGD(0.1), loss="mse", metrics=["mae"])
     return model
+
+
+def sequences(hp):
+    """Token ids of varying length into Embedding(mask_zero=True), declared length 10."""
+    return _sequence_model(10)
 
 
 def sequences_any_length(hp):
     """The same with a length of None: each batch padded to its longest row."""
-    keras = _seeded()
-    ids = keras.Input((None,), dtype="int64", name="tokens")
-    embedded = keras.layers.Embedding(20, 4, mask_zero=True)(ids)
-    hidden = keras.layers.GlobalAveragePooling1D()(embedded)
-    model = keras.Model(ids, keras.layers.Dense(1)(hidden))
-    model.compile(keras.optimizers.SGD(0.1), loss="mse", metrics=["mae"])
-    return model
+    return _sequence_model(None)
 
 
 def big_ids(hp):

@@ -1,10 +1,10 @@
-"""One rule feeds columns to model inputs: numpy batches (all-reduce, ``columns.to_input``)
+"""One rule feeds columns to model inputs: numpy batches (all-reduce, ``tensors.to_input``)
 and the graph pipeline the parameter-server workers run; inputs bound by name or order."""
 
 import numpy as np
 import pytest
 
-from sparktf._executor import columns
+from sparktf._executor import columns, tensors
 from sparktf._executor.columns import ColumnInfo, FeedError
 from sparktf._executor.training import bindings, parameter_servers
 from sparktf._executor.training.bindings import InputBinding
@@ -27,7 +27,7 @@ CASES = [  # (rows of the column, model input spec) -> shape and dtype the model
 def test_numpy_and_graph_feeds_shape_and_cast_alike(column, spec, shape, dtype):
     import tensorflow as tf
 
-    fed = columns.to_input(column, "c", *spec)
+    fed = tensors.to_input(column, "c", *spec)
     assert fed.shape == shape and fed.dtype == dtype
     binding = InputBinding("c", "c", *spec)
     in_graph = tf.function(lambda c: parameter_servers._graph_input(c, binding))(
@@ -43,9 +43,9 @@ def test_padding_is_keras_pad_sequences_post():
     padded = columns.chunk_values(columns.spill_array(__import__("pyarrow").array(seqs), "s"),
                                   "s")
     expected = keras.utils.pad_sequences(seqs, maxlen=6, padding="post", value=0)
-    np.testing.assert_array_equal(columns.to_input(padded, "s", (6,), "int32"), expected)
+    np.testing.assert_array_equal(tensors.to_input(padded, "s", (6,), "int32"), expected)
     batch_longest = keras.utils.pad_sequences(seqs, padding="post", value=0)
-    np.testing.assert_array_equal(columns.to_input(padded, "s", (None,), "int32"),
+    np.testing.assert_array_equal(tensors.to_input(padded, "s", (None,), "int32"),
                                   batch_longest)
 
 
@@ -54,22 +54,22 @@ def test_a_width_that_cannot_fit_the_input_is_refused_by_name():
     with pytest.raises(FeedError, match=r"Column 'pixels' \(Spark type array<float>, rows of "
                                         r"shape \(7,\)\) cannot feed the model: input 'x' "
                                         r"declares dtype float32 and shape \(4, 2\)"):
-        columns.check_input("pixels", info, "array<float>", "x", (4, 2), "float32")
+        tensors.check_input("pixels", info, "array<float>", "x", (4, 2), "float32")
 
 
 def test_a_too_long_sequence_names_the_column_its_length_and_the_limit():
     info = ColumnInfo("int64", (None,), longest=12)
     with pytest.raises(FeedError, match="'tokens' has a row of length 12, longer than the "
                                         "model input's declared length 10"):
-        columns.check_input("tokens", info, "array<bigint>", "ids", (10,), "int64")
-    columns.check_input("tokens", info, "array<bigint>", "ids", (None,), "int64")
+        tensors.check_input("tokens", info, "array<bigint>", "ids", (10,), "int64")
+    tensors.check_input("tokens", info, "array<bigint>", "ids", (None,), "int64")
 
 
 def test_text_into_a_number_input_and_the_reverse_are_refused():
     with pytest.raises(FeedError, match=r"'city' \(Spark type string\).*float32.*StringLookup"):
-        columns.check_input("city", ColumnInfo("str", ()), "string", "city", (1,), "float32")
+        tensors.check_input("city", ColumnInfo("str", ()), "string", "city", (1,), "float32")
     with pytest.raises(FeedError, match=r"'age' \(Spark type double\).*string"):
-        columns.check_input("age", ColumnInfo("float64", ()), "double", "age", (1,), "string")
+        tensors.check_input("age", ColumnInfo("float64", ()), "double", "age", (1,), "string")
 
 
 def _model(names, dict_inputs=False, outputs=("price", "dear")):

@@ -4,7 +4,7 @@ batch of columns becomes ``(x, y[, sample_weight])`` as Keras's ``fit`` takes it
 Inputs are matched by name when the model's inputs are named after columns
 (``keras.Input(name="age")``, dict inputs), else in order; labels go to the outputs
 of the same names, else in order. Every column is checked against what its input
-declares (``columns.check_input``) once the model exists, before the first step.
+declares (``tensors.check_input``) once the model exists, before the first step.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
-from sparktf._executor import columns
+from sparktf._executor import tensors
 from sparktf._executor.columns import ColumnInfo, FeedError
 
 
@@ -39,14 +39,14 @@ class Bindings:
     model_outputs: tuple[str, ...] = ()  # the model's output names, in its order
 
     def x(self, batch: dict):
-        values = [columns.to_input(batch[b.column], b.column, b.shape, b.dtype, b.fixed)
+        values = [tensors.to_input(batch[b.column], b.column, b.shape, b.dtype, b.fixed)
                   for b in self.inputs]
         if self.inputs_as_dict:
             return {b.name: v for b, v in zip(self.inputs, values)}
         return values[0] if len(values) == 1 else tuple(values)
 
     def y(self, batch: dict):
-        return self.arrange_labels([columns.to_label(batch[c]) for c in self.labels])
+        return self.arrange_labels([tensors.to_label(batch[c]) for c in self.labels])
 
     def arrange_labels(self, values: list):
         """The label columns' values (in ``labels`` order) as the model's outputs take them."""
@@ -114,7 +114,7 @@ def bind(model, feature_columns: Sequence[str], label_columns: Sequence[str],
     for column, (name, shape, dtype) in pairs:
         info = infos.get(column)
         if info is not None:
-            columns.check_input(column, info, (spark_types or {}).get(column, info.dtype),
+            tensors.check_input(column, info, (spark_types or {}).get(column, info.dtype),
                                 name, shape, dtype)
         inputs.append(InputBinding(column, name, shape, dtype,
                                    fixed=bool(info is not None and info.vector)))

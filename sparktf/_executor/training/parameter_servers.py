@@ -19,7 +19,7 @@ import collections
 
 import numpy as np
 
-from sparktf._executor import cluster, columns, feed, servers
+from sparktf._executor import cluster, columns, feed, servers, tensors
 from sparktf._executor.columns import ColumnInfo
 from sparktf._executor.training import keras_steps, loop
 from sparktf._executor.training.spec import TrainSpec, class_weights, plan_steps
@@ -204,7 +204,7 @@ def _graph_input(column, binding):
             column = tf.reshape(column, [-1, *shape])
     elif shape is not None and len(shape) == 1 and column.shape.rank == 1:
         column = column[:, None]
-    if dtype is not None and not columns.is_string_dtype(dtype) and column.dtype != tf.string:
+    if dtype is not None and not tensors.is_string_dtype(dtype) and column.dtype != tf.string:
         column = tf.cast(column, dtype)
     elif dtype is None and column.dtype.is_floating:
         column = tf.cast(column, tf.float32)
