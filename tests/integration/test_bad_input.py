@@ -205,3 +205,16 @@ def test_bad_class_weights_are_refused_when_set(value, fragment):
     with pytest.raises(sparktf.InvalidInputError, match=fragment):
         TFEstimator(classWeight=value)
     assert TFEstimator(classWeight={"1": 2, 0: 0.5}).getClassWeight() == {1: 2.0, 0: 0.5}
+
+
+def test_what_keras_refuses_with_several_outputs_is_refused_before_any_job(spark):
+    df = spark.createDataFrame([([1.0, 2.0], 1.0, 0)], "features array<double>, a double, b int")
+    jobs = spark.sparkContext.statusTracker().getJobIdsForGroup()
+    with pytest.raises(sparktf.InvalidInputError, match="classWeight applies to a model with a "
+                                                        "single output"):
+        _est(labelCols=["a", "b"], classWeight={0: 1.0, 1: 2.0}).fit(df)
+    with pytest.raises(sparktf.InvalidInputError, match="labelCols must be a non-empty list"):
+        _est(labelCols="a")
+    with pytest.raises(sparktf.InvalidInputError, match="label column 'c' is not in"):
+        _est(labelCols=["a", "c"]).fit(df)
+    assert spark.sparkContext.statusTracker().getJobIdsForGroup() == jobs

@@ -183,3 +183,18 @@ def test_a_string_output_becomes_a_string_column(spark, tmp_path):
     assert dict(scored.dtypes)["prediction"] == "string"
     assert [r["prediction"] for r in scored.orderBy("code").collect()] == \
         ["[UNK]", "low", "high"]
+
+
+def test_an_estimator_with_label_cols_and_preprocessing_state_saves_and_loads(spark,
+                                                                              tmp_path):
+    from sparktf.ml import preprocessing as pp
+    df = _named_frame(spark)
+    state = pp.adapt(df, {"city": pp.StringLookup(), "area": pp.Normalization()})
+    est = TFEstimator(modelFn=named_inputs, labelCols=["label", "area"], inputCols=["city"],
+                      hyperParams={"preprocessing": state})
+    est.write().overwrite().save(str(tmp_path / "est"))
+    loaded = TFEstimator.load(str(tmp_path / "est"))
+    assert loaded.getLabelCols() == ["label", "area"]
+    assert loaded.getHyperParams()["preprocessing"] == state
+    assert pp.layer(loaded.getHyperParams()["preprocessing"]["city"]).get_vocabulary() == \
+        ["[UNK]", "d", "c", "b", "a"]
