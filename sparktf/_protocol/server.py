@@ -99,6 +99,10 @@ _REQUESTS = {
 class _Server(socketserver.ThreadingTCPServer):
     daemon_threads = True  # joined by join_handlers, not by server_close
     allow_reuse_address = True
+    # every task of a job connects at once: socketserver's backlog of 5 overflows and the
+    # kernel drops the rest's SYNs (256 simulated tasks: 109 never got in within the
+    # clients' 10 s connect timeout, bench/channel_bench.py)
+    request_queue_size = 1024
 
     def __init__(self, host: str, on_event: EventHandler, num_tasks: int):
         self.secret = secrets.token_hex(16)
