@@ -17,7 +17,9 @@ $(STAMP): pyproject.toml setup.cfg Makefile constraints.txt
 	@# Bytecode for every installed package, written once: with PYTHONDONTWRITEBYTECODE set
 	@# (as on our CI machines) each Spark Python worker and task process would otherwise
 	@# compile TensorFlow again on every import (12.7 s instead of 6 s for `import tensorflow`).
-	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib > /dev/null
+	@# A file that does not compile (torch 2.13's py312-only test helpers, when the bench
+	@# extra is installed) only misses its bytecode: it must not fail the setup.
+	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib > /dev/null || true
 	touch $(STAMP)
 
 # The lower bounds first, then sparktf under them as constraints: pip must not move them.
@@ -27,7 +29,7 @@ $(LOWEST_STAMP): pyproject.toml constraints-lowest.txt constraints.txt Makefile
 	$(LOWEST)/bin/python -m pip install --quiet -r constraints-lowest.txt
 	$(LOWEST)/bin/python -m pip install --quiet -c constraints-lowest.txt -e . \
 		$$(grep -E '^(pytest|pytest-timeout|iniconfig|pluggy)==' constraints.txt)
-	$(LOWEST)/bin/python -m compileall -q -j 0 $(LOWEST)/lib > /dev/null
+	$(LOWEST)/bin/python -m compileall -q -j 0 $(LOWEST)/lib > /dev/null || true
 	touch $(LOWEST_STAMP)
 
 java-check:
