@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -108,6 +109,7 @@ def one_system(system: str) -> dict:
                 out[label + "_value"] = repr(value)[:80]
             except Exception as e:  # noqa: BLE001 - what a peer cannot do is its result
                 out[label + "_error"] = f"{type(e).__name__}: {_first_line(str(e))}"
+            print("PEER " + json.dumps(out), flush=True)  # what is known so far
     finally:
         spark.stop()
     return out
@@ -120,13 +122,27 @@ def _first_line(text: str) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), "")[:160]
 
 
-def _fresh(system: str) -> dict:
-    done = subprocess.run([sys.executable, os.path.abspath(__file__), "--one", system],
-                          capture_output=True, text=True)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("PEER ")]
-    if not lines:
-        return {"cold_error": f"the driver process failed: {done.stderr[-400:]}"}
-    return json.loads(lines[-1][5:])
+def _fresh(system: str, timeout_s: float) -> dict:
+    """The system's figures from a fresh driver process; a job still running after
+    ``timeout_s`` is reported as hung and its process group (Spark's JVMs too) killed."""
+    process = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--one", system],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout_s)
+        hung = False
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        stdout, stderr = process.communicate()
+        hung = True
+    lines = [line for line in stdout.splitlines() if line.startswith("PEER ")]
+    found = json.loads(lines[-1][5:]) if lines else {}
+    for label in ("cold", "warm"):
+        if hung and label not in found and label + "_error" not in found:
+            found[label + "_error"] = f"hung (killed after {timeout_s:.0f} s)"
+    if not found:
+        found["cold_error"] = f"the driver process failed: {stderr[-400:]}"
+    return found
 
 
 def _cell(result: dict, label: str) -> str:
@@ -138,6 +154,8 @@ def _cell(result: dict, label: str) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--systems", nargs="+", default=SYSTEMS, choices=SYSTEMS)
+    parser.add_argument("--timeout", type=float, default=240.0,
+                        help="seconds a system may take for its cold and warm jobs")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
@@ -145,7 +163,7 @@ def main() -> int:
         return 0
     results = {}
     for system in args.systems:
-        results[system] = _fresh(system)
+        results[system] = _fresh(system, args.timeout)
         print(f"measured {system}: {results[system]}", flush=True)
     print("\n| 2 workers, one all-reduce | cold (fresh session) | warm (same session) |")
     print("|---|---:|---:|")
