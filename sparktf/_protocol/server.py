@@ -5,17 +5,23 @@ accepting only connections that present the job's random secret. Besides receivi
 events it is the tasks' meeting point: the address exchange (``gather``) and the
 exit barrier (``done``) take milliseconds here, where Spark's ``allGather`` and
 ``barrier`` take about a second each.
+
+Two threads serve every connection, however many tasks a job has: an asyncio loop
+reads and answers them all (a task that waits at a barrier is a suspended coroutine,
+not a blocked thread, and a silent or slow client holds nobody back), and one thread
+hands the events to the driver's handler in arrival order, so that a slow handler
+(a progress bar, a tracking server) never stalls the channel itself.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import hmac
 import logging
 import secrets
 import socket
-import socketserver
 import threading
-import time
 from typing import Any, Callable
 
 from sparktf._protocol.wire import ACK, decode, encode
@@ -26,121 +32,123 @@ logger = logging.getLogger(__name__)
 # connected. A task that cannot reach the channel exchanges through Spark's allGather
 # instead; once this has passed, so does every task of the job (a consistent choice).
 GATHER_GRACE_S = 30.0
+# Every task of a job connects at once: socketserver's backlog of 5 overflowed and the
+# kernel dropped the rest's SYNs (256 simulated tasks: 109 never got in within the
+# clients' 10 s connect timeout, bench/channel_bench.py).
+LISTEN_BACKLOG = 1024
+MAX_LINE = 64 * 1024 * 1024  # an event line (a traceback, a log tail) is far smaller
+SHUTDOWN_S = 10.0  # how long shutting down waits for the connections to end
 
 EventHandler = Callable[[dict[str, Any]], None]
 
 
-class _Handler(socketserver.StreamRequestHandler):
-    timeout = None  # a task may stay quiet for a long epoch
+class _Job:
+    """The job's state as the tasks report it; lives on the server's event loop, where
+    every method runs (``changed`` wakes the tasks waiting at a barrier)."""
 
-    def setup(self) -> None:
-        super().setup()
-        self.server.track(self.request, True)  # type: ignore[attr-defined]
+    def __init__(self, secret: str, on_event: EventHandler, num_tasks: int,
+                 dispatcher: concurrent.futures.Executor):
+        self.secret = secret
+        self.on_event = on_event
+        self.num_tasks = num_tasks
+        self.dispatcher = dispatcher
+        self.changed = asyncio.Condition()
+        self.connected = threading.Event()  # set when a task connects, or on shutdown
+        self.open: set[asyncio.StreamWriter] = set()
+        self.handlers: set[asyncio.Task] = set()
+        self.done: set[int] = set()
+        self.closing = False
+        self.hung_up = False
+        self.ranks: set[int] = set()  # ranks that presented the secret
+        self.any_connected = False
+        self.gathered: dict[int, str] = {}
+        self.gather_fallback = False  # every task exchanges through Spark instead
+        self.epoch = 0
+        self.serving: set[int] = set()
 
-    def finish(self) -> None:
-        self.server.track(self.request, False)  # type: ignore[attr-defined]
+    async def _note(self, change: Callable[..., None], *args) -> None:
+        async with self.changed:
+            change(*args)
+            self.changed.notify_all()
+
+    async def _until(self, predicate: Callable[[], bool], timeout_s: float | None = None):
+        async with self.changed:
+            await asyncio.wait_for(self.changed.wait_for(predicate), timeout_s)
+
+    # ------------------------------------------------------------------ one connection
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        self.handlers.add(asyncio.current_task())
+        self.open.add(writer)
         try:
-            super().finish()
-        except OSError:
-            pass  # the connection is gone (the task, or our hang-up): nothing left to say
-
-    def handle(self) -> None:
-        try:
-            self._handle()
-        except OSError:
+            if self.hung_up:
+                _shut(writer)  # a task that connects after the job ended hears so at once
+            await self._converse(reader, writer)
+        except (OSError, ValueError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             pass  # the task hung up, or the driver did (the job ended)
+        finally:
+            self.open.discard(writer)
+            self.handlers.discard(asyncio.current_task())
+            writer.close()
 
-    def _handle(self) -> None:
-        server: _Server = self.server  # type: ignore[assignment]
+    async def _converse(self, reader, writer) -> None:
         try:
-            hello = decode(self.rfile.readline())
+            hello = decode(await reader.readline())
         except ValueError:
             return
-        if not hmac.compare_digest(str(hello.get("secret", "")), server.secret):
+        if not hmac.compare_digest(str(hello.get("secret", "")), self.secret):
+            peer = writer.get_extra_info("peername") or ("?",)
             logger.warning("sparktf: refused an event connection from %s without the job's "
-                           "secret", self.client_address[0])
+                           "secret", peer[0])
             return
-        server.note_connected(hello.get("rank"))
-        for line in self.rfile:
+        await self._note(self._connect, hello.get("rank"))
+        while line := await reader.readline():
             try:
                 event = decode(line)
             except ValueError:
                 continue
             kind = event.get("kind")
             if kind == "done":
-                if not server.wait_all_done(int(event.get("rank", -1))):
+                if not await self.wait_all_done(int(event.get("rank", -1))):
                     return  # shutting down: no release
             elif kind in _REQUESTS:  # a blocking question: the answer is the reply
-                self.wfile.write(encode(_REQUESTS[kind](server, event)))
-                self.wfile.flush()
+                writer.write(encode(await _REQUESTS[kind](self, event)))
+                await writer.drain()
                 continue
             else:
                 if kind == "epoch":
-                    server.note_epoch(int(event.get("epoch", 0)))
+                    await self._note(self._set_epoch, int(event.get("epoch", 0)))
                 elif kind == "serving":
-                    server.note_serving(int(event.get("rank", -1)))
-                server.on_event(event)
+                    await self._note(self.serving.add, int(event.get("rank", -1)))
+                # in arrival order, and handled before it is acknowledged: a task that
+                # has the ack knows its report is on the driver
+                await asyncio.get_running_loop().run_in_executor(
+                    self.dispatcher, self.on_event, event)
             if event.get("ack"):
-                self.wfile.write(ACK)
-                self.wfile.flush()
+                writer.write(ACK)
+                await writer.drain()
             if kind == "error":  # acknowledged first: the task knows its report landed
-                server.end_job()
+                await self.end_job()
 
+    def _connect(self, rank) -> None:
+        self.any_connected = True
+        if isinstance(rank, int):
+            self.ranks.add(rank)
+        self.connected.set()
 
-_REQUESTS = {
-    "gather": lambda server, event: server.gather(int(event.get("rank", -1)),
-                                                  str(event.get("value", ""))),
-    "await_serving": lambda server, event: server.await_serving(int(event.get("count", 0))),
-    "await_epoch": lambda server, event: server.await_epoch(int(event.get("rank", -1)),
-                                                            int(event.get("after", 0))),
-}
+    def _set_epoch(self, epoch: int) -> None:
+        self.epoch = max(self.epoch, epoch)
 
+    # ---------------------------------------------------------------- barriers, waits
 
-class _Server(socketserver.ThreadingTCPServer):
-    daemon_threads = True  # joined by join_handlers, not by server_close
-    allow_reuse_address = True
-    # every task of a job connects at once: socketserver's backlog of 5 overflows and the
-    # kernel drops the rest's SYNs (256 simulated tasks: 109 never got in within the
-    # clients' 10 s connect timeout, bench/channel_bench.py)
-    request_queue_size = 1024
+    async def wait_all_done(self, rank: int) -> bool:
+        """A barrier for the tasks' exit: waits until every rank is done (or shutdown)."""
+        await self._note(self.done.add, rank)
+        await self._until(lambda: len(self.done) >= self.num_tasks or self.closing)
+        return not self.closing or len(self.done) >= self.num_tasks
 
-    def __init__(self, host: str, on_event: EventHandler, num_tasks: int):
-        self.secret = secrets.token_hex(16)
-        self.on_event = on_event
-        self.num_tasks = num_tasks
-        self._open: set[socket.socket] = set()
-        self._handlers: list[threading.Thread] = []
-        self._lock = threading.Lock()
-        self._done: set[int] = set()
-        self._done_cond = threading.Condition()
-        self._closing = False
-        self._connected = False
-        self._ranks: set[int] = set()  # ranks that presented the secret
-        self._gathered: dict[int, str] = {}
-        self._gather_fallback = False  # every task exchanges through Spark instead
-        self._epoch = 0
-        self._serving: set[int] = set()
-        self._hung_up = False
-        super().__init__((host, 0), _Handler)
-
-    def wait_all_done(self, rank: int) -> bool:
-        """A barrier for the tasks' exit: blocks until every rank is done (or shutdown)."""
-        with self._done_cond:
-            self._done.add(rank)
-            self._done_cond.notify_all()
-            self._done_cond.wait_for(lambda: len(self._done) >= self.num_tasks or self._closing)
-            return not self._closing or len(self._done) >= self.num_tasks
-
-    def note_connected(self, rank) -> None:
-        """A task (or its TensorFlow process) presented the job's secret."""
-        with self._done_cond:
-            self._connected = True
-            if isinstance(rank, int):
-                self._ranks.add(rank)
-            self._done_cond.notify_all()
-
-    def gather(self, rank: int, value: str) -> dict:
-        """The address exchange: blocks until every task has sent its ``value``, then
+    async def gather(self, rank: int, value: str) -> dict:
+        """The address exchange: waits until every task has sent its ``value``, then
         answers ``{"values": [...]}`` in rank order (what Spark's ``allGather`` returns).
 
         Answers ``{"fallback": True}`` (exchange through Spark instead) when not every
@@ -152,114 +160,85 @@ class _Server(socketserver.ThreadingTCPServer):
         def everyone(collection) -> bool:
             return len(collection) >= self.num_tasks
 
-        with self._done_cond:
-            self._gathered[rank] = value
-            self._done_cond.notify_all()
-            deadline = time.monotonic() + GATHER_GRACE_S
-            if not self._done_cond.wait_for(
-                    lambda: everyone(self._ranks) or self._gather_fallback or self._closing,
-                    max(0.0, deadline - time.monotonic())):
-                self._gather_fallback = True
-                self._done_cond.notify_all()
-            self._done_cond.wait_for(lambda: everyone(self._gathered) or
-                                     self._gather_fallback or self._closing)
-            if self._closing:
-                return {"ended": True}  # the job has ended (a task failed): no exchange
-            if self._gather_fallback or not everyone(self._gathered):
-                return {"fallback": True}
-            return {"values": [self._gathered[r] for r in range(self.num_tasks)]}
+        await self._note(self.gathered.__setitem__, rank, value)
+        try:
+            await self._until(lambda: everyone(self.ranks) or self.gather_fallback
+                              or self.closing, GATHER_GRACE_S)
+        except asyncio.TimeoutError:
+            await self._note(setattr, self, "gather_fallback", True)
+        await self._until(lambda: everyone(self.gathered) or self.gather_fallback
+                          or self.closing)
+        if self.closing:
+            return {"ended": True}  # the job has ended (a task failed): no exchange
+        if self.gather_fallback or not everyone(self.gathered):
+            return {"fallback": True}
+        return {"values": [self.gathered[r] for r in range(self.num_tasks)]}
 
-    def await_connected(self, timeout_s: float) -> str:
-        """'connected' once a task has connected, 'closed' if the server shut down first,
-        else 'timeout' after ``timeout_s``."""
-        with self._done_cond:
-            self._done_cond.wait_for(lambda: self._connected or self._closing, timeout_s)
-            return "connected" if self._connected else "closed" if self._closing else "timeout"
-
-    def note_epoch(self, epoch: int) -> None:
-        """The chief reported (and checkpointed) ``epoch``."""
-        with self._done_cond:
-            self._epoch = max(self._epoch, epoch)
-            self._done_cond.notify_all()
-
-    def await_epoch(self, rank: int, after: int) -> dict:
-        """Blocks until an epoch after ``after`` is reported or every other task is done.
+    async def await_epoch(self, rank: int, after: int) -> dict:
+        """Waits until an epoch after ``after`` is reported or every other task is done.
 
         The evaluator side-car waits here for each new checkpoint: one blocking call
         per checkpoint, no polling. ``finished`` means training is over.
         """
         def finished() -> bool:
-            return len(self._done - {rank}) >= self.num_tasks - 1
+            return len(self.done - {rank}) >= self.num_tasks - 1
 
-        with self._done_cond:
-            self._done_cond.wait_for(lambda: self._epoch > after or finished()
-                                     or self._closing)
-            return {"epoch": self._epoch, "finished": finished() or self._closing}
+        await self._until(lambda: self.epoch > after or finished() or self.closing)
+        return {"epoch": self.epoch, "finished": finished() or self.closing}
 
-    def note_serving(self, rank: int) -> None:
-        """A parameter server or worker has started its TensorFlow server."""
-        with self._done_cond:
-            self._serving.add(rank)
-            self._done_cond.notify_all()
+    async def await_serving(self, count: int) -> dict:
+        """Waits until ``count`` tasks serve: the PS chief connects only once all are up."""
+        await self._until(lambda: len(self.serving) >= count or self.closing)
+        return {"serving": len(self.serving)}
 
-    def await_serving(self, count: int) -> dict:
-        """Blocks until ``count`` tasks serve: the PS chief connects only once all are up."""
-        with self._done_cond:
-            self._done_cond.wait_for(lambda: len(self._serving) >= count or self._closing)
-            return {"serving": len(self._serving)}
+    # ------------------------------------------------------------------ ending the job
 
-    def close_barrier(self) -> None:
-        with self._done_cond:
-            self._closing = True
-            self._done_cond.notify_all()
-
-    def process_request(self, request, client_address) -> None:
-        """Each connection in its own thread, kept so that shutdown can join it (the
-        mixin keeps only non-daemon threads, and ours are daemons: a driver that exits
-        does not wait for a task)."""
-        thread = threading.Thread(target=self.process_request_thread,
-                                  args=(request, client_address), daemon=True,
-                                  name="sparktf-events-connection")
-        with self._lock:
-            self._handlers = [t for t in self._handlers if t.is_alive()] + [thread]
-        thread.start()
-
-    def join_handlers(self, timeout_s: float) -> None:
-        """Joins the connections' threads (bounded): call after ``hang_up``, which ends
-        their reads, and ``close_barrier``, which ends their waits."""
-        with self._lock:
-            handlers, self._handlers = self._handlers, []
-        deadline = time.monotonic() + timeout_s
-        for thread in handlers:
-            thread.join(max(0.0, deadline - time.monotonic()))
-
-    def track(self, sock: socket.socket, is_open: bool) -> None:
-        with self._lock:
-            (self._open.add if is_open else self._open.discard)(sock)
-            if is_open and self._hung_up:
-                _shut(sock)  # a task that connects after the job ended hears so at once
+    async def close_barrier(self) -> None:
+        """Ends every wait: no task is released from the exit barrier after this."""
+        await self._note(setattr, self, "closing", True)
+        self.connected.set()
 
     def hang_up(self) -> None:
         """Ends every task connection, e.g. one of a task that Spark is still killing, and
         every later one."""
-        with self._lock:
-            self._hung_up = True
-            for sock in list(self._open):
-                _shut(sock)
+        self.hung_up = True
+        for writer in list(self.open):
+            _shut(writer)
 
-    def end_job(self) -> None:
+    async def end_job(self) -> None:
         """A task reported a failure: every task's waits end and the driver hangs up on all
         of them, so each stops its process and ends (``client.JobEnded``) and the stage
         finishes without Spark killing a task (which would cost its Python worker)."""
-        self.close_barrier()
+        await self.close_barrier()
         self.hang_up()
 
 
-def _shut(sock: socket.socket) -> None:
+_REQUESTS = {
+    "gather": lambda job, event: job.gather(int(event.get("rank", -1)),
+                                            str(event.get("value", ""))),
+    "await_serving": lambda job, event: job.await_serving(int(event.get("count", 0))),
+    "await_epoch": lambda job, event: job.await_epoch(int(event.get("rank", -1)),
+                                                      int(event.get("after", 0))),
+}
+
+
+def _shut(writer: asyncio.StreamWriter) -> None:
+    sock = writer.get_extra_info("socket")
     try:
-        sock.shutdown(socket.SHUT_RDWR)
+        if sock is not None:
+            sock.shutdown(socket.SHUT_RDWR)  # the task sees the hang-up; our read ends
     except OSError:
         pass
+
+
+class _Handle:
+    """The server's job as other threads reach it: each call runs on the event loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, job: _Job):
+        self._loop, self._job = loop, job
+
+    def close_barrier(self) -> None:
+        asyncio.run_coroutine_threadsafe(self._job.close_barrier(), self._loop).result()
 
 
 class EventServer:
@@ -270,7 +249,7 @@ class EventServer:
     host : str
         The interface to bind: the driver's address as the executors see it.
     on_event : callable
-        Called with each event dict, from the server's handler threads.
+        Called with each event dict, in arrival order, from one thread of the server's.
     num_tasks : int
         Tasks of the job: a ``done`` event is acknowledged once all of them sent one,
         which makes the channel an exit barrier (milliseconds, where a Spark barrier
@@ -278,23 +257,33 @@ class EventServer:
     """
 
     def __init__(self, host: str, on_event: EventHandler, num_tasks: int = 1):
-        self._server = _Server(host, on_event, num_tasks)
-        self._thread = threading.Thread(target=self._accept, name="sparktf-events",
+        self._sock = socket.create_server((host, 0), backlog=LISTEN_BACKLOG)
+        self._loop = asyncio.new_event_loop()
+        self._dispatcher = concurrent.futures.ThreadPoolExecutor(
+            1, thread_name_prefix="sparktf-events-handler")
+        self._job = _Job(secrets.token_hex(16), on_event, num_tasks, self._dispatcher)
+        self._server = _Handle(self._loop, self._job)
+        self._thread = threading.Thread(target=self._loop.run_forever, name="sparktf-events",
                                         daemon=True)
+        self._listening: asyncio.AbstractServer | None = None
         self._waiters: list[threading.Thread] = []
 
     @property
     def address(self) -> tuple[str, int]:
-        host, port = self._server.server_address[:2]
+        host, port = self._sock.getsockname()[:2]
         return str(host), int(port)
 
     @property
     def secret(self) -> str:
-        return self._server.secret
+        return self._job.secret
 
     def await_connected(self, timeout_s: float) -> str:
-        """'connected', 'closed' or 'timeout': whether any task reached this channel."""
-        return self._server.await_connected(timeout_s)
+        """'connected' once a task has connected, 'closed' if the server shut down first,
+        else 'timeout' after ``timeout_s``."""
+        self._job.connected.wait(timeout_s)
+        if self._job.any_connected:
+            return "connected"
+        return "closed" if self._job.closing else "timeout"
 
     def join_at_exit(self, thread: threading.Thread) -> None:
         """A thread blocked in one of this server's waits: joined once shutdown ends them, so
@@ -303,27 +292,35 @@ class EventServer:
 
     def __enter__(self) -> "EventServer":
         self._thread.start()
+        self._listening = self._call(asyncio.start_server(
+            self._job.serve, sock=self._sock, limit=MAX_LINE))
         return self
 
-    def _accept(self) -> None:
-        """Accepts task connections (each handled in its own thread) until ``__exit__``
-        shuts the listening socket; a blocking accept, where ``serve_forever`` polls."""
-        while True:
-            try:
-                conn, address = self._server.socket.accept()
-            except OSError:
-                return  # the listening socket was shut down
-            self._server.process_request(conn, address)
+    def _call(self, coroutine):
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    async def _close(self) -> None:
+        """Stops accepting, ends every wait, hangs up, and waits (bounded) for the
+        connections' coroutines to end."""
+        self._listening.close()
+        await self._job.close_barrier()
+
+    async def _hang_up(self) -> None:
+        self._job.hang_up()
+        if self._job.handlers:
+            await asyncio.wait(list(self._job.handlers), timeout=SHUTDOWN_S)
 
     def __exit__(self, *exc) -> None:
         try:
-            self._server.socket.shutdown(socket.SHUT_RDWR)  # wakes the blocking accept
-        except OSError:
-            pass
-        self._thread.join(timeout=10)
-        self._server.close_barrier()
-        for waiter in self._waiters:
-            waiter.join(timeout=10)
-        self._server.hang_up()
-        self._server.join_handlers(10)
-        self._server.server_close()
+            if self._listening is not None:
+                self._call(self._close())
+                for waiter in self._waiters:
+                    waiter.join(timeout=SHUTDOWN_S)
+                self._call(self._hang_up())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=SHUTDOWN_S)
+            self._dispatcher.shutdown(wait=True)
+            if not self._loop.is_running():
+                self._loop.close()
+            self._sock.close()

@@ -287,3 +287,25 @@ def test_one_log_line_says_when_no_task_reaches_the_channel(monkeypatch, caplog)
             with EventClient(server.address, server.secret, rank=0):
                 watcher.join(10)
     assert not [r for r in caplog.records if "event channel" in r.getMessage()]
+
+
+def test_the_channel_serves_many_waiting_tasks_with_two_threads_and_a_silent_one_stalls_none():
+    tasks = 64
+    with EventServer("127.0.0.1", lambda e: None, num_tasks=tasks) as server:
+        silent = socket.create_connection(server.address, timeout=5)  # connects, never speaks
+        clients = [EventClient(server.address, server.secret, rank=r) for r in range(tasks)]
+        replies: list = []
+        threads = [_gather_in_thread(c, str(c.rank), replies) for c in clients[1:]]
+        for thread in threads:
+            thread.join(0.01)
+        # 63 tasks wait at the exchange: on the driver that is no thread of their own
+        serving = [t.name for t in threading.enumerate() if t.name.startswith("sparktf-events")]
+        assert len(serving) <= 2, serving
+        assert clients[0].request({"kind": "gather", "value": "0"}) == {
+            "values": [str(r) for r in range(tasks)]}
+        for thread in threads:
+            thread.join(10)
+        assert len(replies) == tasks - 1 and all(len(r["values"]) == tasks for r in replies)
+        for client in clients:
+            client.close()
+        silent.close()
