@@ -22,6 +22,8 @@ Protocol with the parent task (``sparktf._executor.task``):
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.util
 import json
 import os
 import resource
@@ -34,13 +36,44 @@ from sparktf._executor import spare
 from sparktf._protocol.wire import DONE_LINE, phase
 from sparktf.errors import InvalidInputError
 
+# Keras imports these eagerly only to offer optional helpers: the scikit-learn wrappers
+# (which import scikit-learn and SciPy's stats) and the visualization functions (which
+# import matplotlib's pyplot). Where those packages are installed they are a third of
+# ``import tensorflow``; loaded when first used instead, they cost nothing on the way to
+# a task's first step (bench/peers_bench.py, cold).
+DEFERRED = ("keras.wrappers", "keras.visualization", "keras.src.visualization")
+
+
+class _Deferring(importlib.abc.MetaPathFinder):
+    """Finds the ``DEFERRED`` modules as the other finders do, with a lazy loader: the
+    module object exists at once and runs its code at its first attribute access."""
+
+    def find_spec(self, name, path, target=None):
+        if name not in DEFERRED:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                if hasattr(spec.loader, "exec_module"):
+                    spec.loader = importlib.util.LazyLoader(spec.loader)
+                return spec
+        return None
+
 
 def _preimport() -> None:
-    try:  # overlaps TF's import with the data transfer, or serves every fork of a spare
+    """Imports TensorFlow and Keras: overlaps their import with the data transfer, or
+    serves every fork of a spare."""
+    deferring = _Deferring()
+    sys.meta_path.insert(0, deferring)
+    try:
         import keras  # noqa: F401
         import tensorflow  # noqa: F401
     except ImportError:
         pass  # main_fn may not need TensorFlow; its own import error will say so
+    finally:
+        sys.meta_path.remove(deferring)
 
 
 def _run(payload_path: str) -> tuple[str, object]:
@@ -92,11 +125,16 @@ def _forked() -> None:
     _task()
 
 
+def run_spare(fd: int, idle_s: float) -> None:
+    """A spare's life: import TensorFlow, then fork a task process per request."""
+    spare.set_name(spare.SPARE_NAME)
+    _preimport()
+    spare.serve(fd, idle_s, _forked)
+
+
 def main(argv: list[str]) -> None:
     if argv[:1] == [spare.SPARE_FLAG]:
-        spare.set_name(spare.SPARE_NAME)
-        _preimport()
-        spare.serve(int(argv[1]), float(argv[2]), _forked)
+        run_spare(int(argv[1]), float(argv[2]))
         return
     _preimport()
     phase("imported")
