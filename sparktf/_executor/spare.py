@@ -8,8 +8,12 @@ The fork shares the imported modules and starts in milliseconds; the spare itsel
 never runs user code, never starts a TensorFlow server, and is never shared between
 two tasks' processes.
 
-Protocol (a ``SOCK_SEQPACKET`` socket pair; the spare is ``python -m
-sparktf._executor.child --spare FD IDLE_S``):
+The spare is a fork of its Python worker (``_can_fork``: the worker's NumPy, pandas and
+PyArrow come along, half a second of a fresh interpreter's start) or, where TensorFlow
+already runs in the worker or other threads do, ``python -m sparktf._executor.child
+--spare FD IDLE_S``; both run ``child.run_spare``.
+
+Protocol (a ``SOCK_SEQPACKET`` socket pair):
 
 - request: the task's own values of ``PER_TASK`` (JSON) with the task's pidfd and the
   child's ends of two pipes (its stdin and its stdout/stderr), passed with
