@@ -99,16 +99,11 @@ def _forked() -> None:
     _task()
 
 
-def run_spare(fd: int, idle_s: float) -> None:
-    """A spare's life: import TensorFlow, then fork a task process per request."""
-    spare.set_name(spare.SPARE_NAME)
-    _preimport()
-    spare.serve(fd, idle_s, _forked)
-
-
 def main(argv: list[str]) -> None:
     if argv[:1] == [spare.SPARE_FLAG]:
-        run_spare(int(argv[1]), float(argv[2]))
+        spare.set_name(spare.SPARE_NAME)
+        _preimport()
+        spare.serve(int(argv[1]), float(argv[2]), _forked)
         return
     _preimport()
     phase("imported")

@@ -8,12 +8,8 @@ The fork shares the imported modules and starts in milliseconds; the spare itsel
 never runs user code, never starts a TensorFlow server, and is never shared between
 two tasks' processes.
 
-The spare is a fork of its Python worker (``_can_fork``: the worker's NumPy, pandas and
-PyArrow come along, half a second of a fresh interpreter's start) or, where TensorFlow
-already runs in the worker or other threads do, ``python -m sparktf._executor.child
---spare FD IDLE_S``; both run ``child.run_spare``.
-
-Protocol (a ``SOCK_SEQPACKET`` socket pair):
+Protocol (a ``SOCK_SEQPACKET`` socket pair; the spare is ``python -m
+sparktf._executor.child --spare FD IDLE_S``):
 
 - request: the task's own values of ``PER_TASK`` (JSON) with the task's pidfd and the
   child's ends of two pipes (its stdin and its stdout/stderr), passed with
@@ -46,7 +42,6 @@ import socket
 import subprocess
 import sys
 import threading
-from typing import Callable
 
 SPARE_FLAG = "--spare"
 SPARE_NAME = b"sparktf-spare"  # /proc/PID/comm of an idle spare
@@ -80,14 +75,10 @@ def spawn(env: dict[str, str], cwd: str) -> subprocess.Popen:
                             preexec_fn=die_with_parent, text=True, errors="replace")
 
 
-def request(env: dict[str, str], idle_s: float,
-            run_spare: Callable[[int, float], None] | None = None) -> "Request":
+def request(env: dict[str, str], idle_s: float) -> "Request":
     """Asks this Python worker's spare for a task process with environment ``env``,
     starting a spare first when there is none for ``env``. The process is forked as soon
-    as the spare can; ``Request.process()`` returns it.
-
-    ``run_spare(fd, idle_s)`` (``child.run_spare``), when given, lets a new spare be a fork
-    of this process that calls it (``_can_fork``) instead of a fresh interpreter."""
+    as the spare can; ``Request.process()`` returns it."""
     global _spare
     with _lock:
         shared = {k: v for k, v in env.items() if k not in PER_TASK}
@@ -96,7 +87,7 @@ def request(env: dict[str, str], idle_s: float,
             _spare.stop()  # one spare per Python worker: the newest settings win
             _spare = None
         if _spare is None:
-            _spare = _Spare(env, key, idle_s, run_spare)
+            _spare = _Spare(env, key, idle_s)
         return Request(_spare, {k: env.get(k) for k in PER_TASK})
 
 
@@ -124,20 +115,16 @@ def stop_process(proc) -> None:
 class _Spare:
     """The Python worker's end of one spare process."""
 
-    def __init__(self, env: dict[str, str], key: tuple, idle_s: float,
-                 run_spare: Callable[[int, float], None] | None):
+    def __init__(self, env: dict[str, str], key: tuple, idle_s: float):
         self.key = key
         self.owed = 0  # answers due to requests abandoned before their answer came
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            if run_spare is not None and _can_fork(env):
-                self.proc = _ForkedSpare(env, theirs.fileno(), idle_s, run_spare)
-            else:
-                self.proc = subprocess.Popen(
-                    [sys.executable, "-m", "sparktf._executor.child", SPARE_FLAG,
-                     str(theirs.fileno()), f"{idle_s:g}"],
-                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=env,
-                    pass_fds=(theirs.fileno(),), preexec_fn=die_with_parent)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "sparktf._executor.child", SPARE_FLAG,
+                 str(theirs.fileno()), f"{idle_s:g}"],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=env,
+                pass_fds=(theirs.fileno(),), preexec_fn=die_with_parent)
         finally:
             theirs.close()
 
@@ -159,62 +146,6 @@ class _Spare:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
-
-
-# What a forked spare must see as a fresh interpreter would: read at start-up only.
-_STARTUP_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH", "PYTHONNOUSERSITE")
-
-
-def _can_fork(env: dict[str, str]) -> bool:
-    """Whether the spare can be a fork of this Python worker, which has imported NumPy,
-    pandas and PyArrow already (half a second of a fresh interpreter's start, before its
-    TensorFlow import): not once TensorFlow runs here (scoring: its threads and runtime
-    would be copied half-made), nor beside other threads, nor when ``env`` changes what
-    only an interpreter's start reads."""
-    return ("tensorflow" not in sys.modules and threading.active_count() == 1
-            and all(env.get(k) == os.environ.get(k) for k in _STARTUP_ENV))
-
-
-class _ForkedSpare:
-    """A spare forked from this Python worker, used like ``subprocess.Popen``; it calls
-    ``run_spare`` as ``python -m sparktf._executor.child --spare FD IDLE_S`` would."""
-
-    def __init__(self, env: dict[str, str], fd: int, idle_s: float,
-                 run_spare: Callable[[int, float], None]):
-        self.returncode: int | None = None
-        sys.stdout.flush()
-        sys.stderr.flush()
-        self.pid = os.fork()
-        if self.pid == 0:  # the spare: never returns into the Python worker's code
-            try:
-                die_with_parent()
-                devnull = os.open(os.devnull, os.O_RDWR)
-                os.dup2(devnull, 0)
-                os.dup2(devnull, 1)
-                os.closerange(3, fd)  # the worker's connections are not the spare's
-                os.closerange(fd + 1, 1 << 16)
-                os.environ.clear()
-                os.environ.update(env)
-                run_spare(fd, idle_s)
-            finally:
-                os._exit(0)
-
-    def poll(self) -> int | None:
-        return self.wait(timeout=0)
-
-    def wait(self, timeout: float | None = None) -> int | None:
-        if self.returncode is None:
-            pid, status = os.waitpid(self.pid, os.WNOHANG if timeout == 0 else 0)
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
-
-    def kill(self) -> None:
-        if self.returncode is None:
-            try:
-                os.kill(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 class Request:

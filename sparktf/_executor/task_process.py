@@ -18,7 +18,7 @@ import threading
 
 import cloudpickle
 
-from sparktf._executor import child, spare
+from sparktf._executor import spare
 from sparktf._executor.context import TaskContext
 from sparktf._protocol import watchdog
 from sparktf._protocol.wire import CHANNEL_ENV, DONE_LINE, EVENT_MARKER
@@ -82,7 +82,7 @@ class TaskProcess:
         self.proc = None
         self.request = None
         if spec.spare_idle_s > 0:
-            self.request = spare.request(self.env, spec.spare_idle_s, child.run_spare)
+            self.request = spare.request(self.env, spec.spare_idle_s)
         else:
             self._spawn()
 

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import threading
 
 import cloudpickle
 import pytest
@@ -217,45 +216,3 @@ def _children_of(parents: list[int]) -> list[int]:
         except OSError:
             pass
     return children
-
-
-_WORKER = textwrap.dedent("""
-    import json, os, sys, tempfile
-    from sparktf._executor import child, spare
-    from tests.unit.test_spare import _env, _run
-    request = spare.request(_env(MARK="forked"), 30, child.run_spare)
-    spare_pid = spare._spare.proc.pid
-    with open(f"/proc/{spare_pid}/cmdline", "rb") as f:
-        cmdline = f.read()
-    with tempfile.TemporaryDirectory() as workdir:
-        task = _run(request.process(), workdir)
-    print(json.dumps({"spare": spare_pid, "task": task,
-                      "same_cmdline": cmdline == open("/proc/self/cmdline", "rb").read(),
-                      "worker_has_tensorflow": "tensorflow" in sys.modules}))
-    spare.stop()
-""")
-
-
-def test_a_python_worker_without_tensorflow_or_threads_forks_its_spare():
-    """The spare is a fork of the (single-threaded, TensorFlow-free) Python worker, not a
-    fresh interpreter: the worker's NumPy, pandas and PyArrow come with it."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    done = subprocess.run([sys.executable, "-c", _WORKER], capture_output=True, text=True,
-                          cwd=root, env=_env(), timeout=240)
-    assert done.returncode == 0, done.stderr[-3000:]
-    found = json.loads(done.stdout.strip().splitlines()[-1])
-    print("\n", found)
-    assert found["same_cmdline"], "the spare was started as a new interpreter"
-    assert found["task"]["ppid"] == found["spare"] and found["task"]["tensorflow"]
-    assert found["task"]["marker"] == "forked"  # the task's environment, not the worker's
-    assert not found["worker_has_tensorflow"]
-
-
-def test_a_python_worker_that_runs_tensorflow_or_threads_starts_its_spare_afresh(monkeypatch):
-    env = dict(os.environ)
-    assert spare._can_fork(env) == (threading.active_count() == 1
-                                    and "tensorflow" not in sys.modules)
-    monkeypatch.setitem(sys.modules, "tensorflow", object())  # e.g. after scoring here
-    assert not spare._can_fork(env)
-    monkeypatch.delitem(sys.modules, "tensorflow")
-    assert not spare._can_fork(dict(env, PYTHONPATH="/elsewhere"))
