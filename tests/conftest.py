@@ -26,7 +26,6 @@ os.environ.setdefault(RUN_TAG, uuid.uuid4().hex)
 
 CHILD_MARKER = "sparktf._executor.child"
 SPARE_NAME = "sparktf-spare"  # sparktf._executor.spare.SPARE_NAME
-TASK_NAME = "sparktf-task"  # sparktf._executor.spare.TASK_NAME: forked by a spare
 
 
 def _comm(pid: int) -> str:
@@ -37,24 +36,15 @@ def _comm(pid: int) -> str:
         return ""
 
 
-def _zombie(pid: int) -> bool:
-    """Whether ``pid`` has exited and waits only to be reaped (its name stays in /proc)."""
-    return _read(f"/proc/{pid}/stat").rsplit(b")", 1)[-1].split()[:1] in ([b"Z"], [])
-
-
 def child_pids() -> list[int]:
-    """PIDs of task processes (main_fn runners) alive on this machine: started as
-    ``python -m sparktf._executor.child`` or forked by a spare; idle spares
+    """PIDs of task processes (main_fn runners) alive on this machine; idle spares
     (``spare_pids``) are not task processes."""
-    return [pid for pid in own_pids() if not _zombie(pid) and (_comm(pid) == TASK_NAME or (
-        _comm(pid) != SPARE_NAME and CHILD_MARKER.encode() in _read(f"/proc/{pid}/cmdline")))]
+    return [pid for pid in pids_with(CHILD_MARKER) if _comm(pid) != SPARE_NAME]
 
 
 def spare_pids() -> list[int]:
-    """PIDs of the spare processes (TensorFlow imported, waiting to fork a task process):
-    started as ``python -m sparktf._executor.child --spare`` or forked by a Python worker,
-    both named ``SPARE_NAME``."""
-    return [pid for pid in own_pids() if _comm(pid) == SPARE_NAME and not _zombie(pid)]
+    """PIDs of the spare processes (TensorFlow imported, waiting to fork a task process)."""
+    return [pid for pid in pids_with(CHILD_MARKER) if _comm(pid) == SPARE_NAME]
 
 
 def pids_with(marker: str) -> list[int]:
