@@ -228,7 +228,7 @@ def _run_stage(session: sessions.Session, stage: LaunchSpec, df, collector: Even
         with EventServer(host, collector, stage.num_tasks) as server, \
                 _watching(session, stage, collector, tag), _reachability(server, stage):
             with checks.executor_python(session):
-                job = _barrier_job(session, frame, stage.num_tasks,
+                job = routing.barrier_job(session, frame, stage.num_tasks,
                                    stage.task_spec(server), stage.resources)
             log_phase(None, "submitted")
             try:
@@ -326,34 +326,6 @@ def _reachability(server: EventServer, stage: LaunchSpec):
 def _is_port_conflict(failure: SparkTFError) -> bool:
     return (isinstance(failure, TaskFailedError)
             and failure.message.startswith(task_runtime.PORT_CONFLICT_PREFIX))
-
-
-def _barrier_job(session: sessions.Session, frame, num_tasks: int,
-                 spec: task_runtime.TaskSpec, resources: TaskResources | None):
-    """The barrier stage over ``frame``, as a job to ``collect()`` (rows with ``rank`` and
-    ``result``). Without input (``frame`` None, a classic session) it is an RDD stage: a
-    fresh executor's first Spark SQL job pays seconds of SQL's own start-up that a job
-    without data need not (first barrier job on new executors: 5 s as an RDD, 11-13 s as
-    ``mapInArrow``, on the test machine; Spark Connect has DataFrames only)."""
-    profile = resources.profile() if resources is not None else None
-    if frame is None:
-        def rdd_task(partition):
-            for batch in task_runtime.run_task(spec, partition):
-                for row in batch.to_pylist():
-                    yield row  # {"rank": ..., "result": ...}
-
-        rdd = session.sc.parallelize(range(num_tasks), num_tasks)
-        if profile is not None:
-            rdd = rdd.withResources(profile)
-        job = rdd.barrier().mapPartitions(rdd_task)
-        _ = job._jrdd  # PySpark makes the Python function now, with the interpreter chosen
-        return job
-
-    def barrier_task(batches):
-        return task_runtime.run_task(spec, batches)
-
-    return frame.mapInArrow(barrier_task, "rank int, result binary", barrier=True,
-                            profile=profile)
 
 
 @contextlib.contextmanager

@@ -300,12 +300,12 @@ class EventServer:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
     async def _close(self) -> None:
-        """Stops accepting, ends every wait, hangs up, and waits (bounded) for the
-        connections' coroutines to end."""
+        """Stops accepting and ends every wait (no task is released after this)."""
         self._listening.close()
         await self._job.close_barrier()
 
     async def _hang_up(self) -> None:
+        """Hangs up on every task and waits (bounded) for the connections to end."""
         self._job.hang_up()
         if self._job.handlers:
             await asyncio.wait(list(self._job.handlers), timeout=SHUTDOWN_S)
