@@ -44,6 +44,9 @@ def _dozen_fits(spark, capsys):
     df.count()
     good = TFEstimator(modelFn=models.linear, numWorkers=2, epochs=1, batchSize=64)
     bad = TFEstimator(modelFn=broken, numWorkers=2, epochs=1)
+    # spares already alive belong to Python workers of earlier tests (kept until their own
+    # idle timeout, 60 s by default): only the spares these fits start are counted
+    earlier = set(spare_pids())
     rows, spares_seen = [], []
     for i in range(FITS):
         failing = i % 4 == 3
@@ -54,11 +57,13 @@ def _dozen_fits(spark, capsys):
             good.fit(df)
         assert wait_gone(child_pids()) == [], f"task processes left after fit {i + 1}"
         gc.collect()
+        spares = sorted(set(spare_pids()) - earlier)
         rows.append((i + 1, failing, len(conftest.driver_threads()),
-                     len(conftest.listening_ports()), _rss_mb(), len(spare_pids())))
-        spares_seen.append(sorted(spare_pids()))
+                     len(conftest.listening_ports()), _rss_mb(), len(spares)))
+        spares_seen.append(spares)
     with capsys.disabled():
-        print("\nfit  failed  driver threads  listening ports  driver RSS MB  spares")
+        print(f"\nspares alive before the first fit: {len(earlier)}")
+        print("fit  failed  driver threads  listening ports  driver RSS MB  new spares")
         for n, failed, threads, ports, rss, spares in rows:
             print(f"{n:3}  {str(failed):6}  {threads:14}  {ports:15}  {rss:13.0f}  {spares:6}")
     # one spare per Python worker (2 executors x 1 core), and the same ones throughout: a
