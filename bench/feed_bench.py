@@ -51,11 +51,12 @@ def ceiling_task(batches):
 def consume(args, ctx):
     import time
 
-    import tensorflow as tf
     started = time.perf_counter()
     n = 0
     for batch in ctx.dataset(args["batch"]):
-        n += int(tf.shape(batch["features"])[0])
+        # the eager tensor's static shape: counting rows with ops (tf.shape, a slice, int)
+        # cost the consumer 0.3 s per million rows, as much as the dataset itself
+        n += batch["features"].shape[0]
     ctx.phase("dataset read")
     return n, time.perf_counter() - started
 
