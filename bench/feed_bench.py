@@ -37,7 +37,7 @@ def ceiling_task(batches):
     import pyarrow as pa
     from pyspark import BarrierTaskContext
 
-    from sparktf._executor import feed
+    from sparktf.runtime import feed
 
     BarrierTaskContext.get()
     n = 0

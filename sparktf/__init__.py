@@ -4,10 +4,10 @@ The public surface: ``sparktf.run`` runs a TensorFlow program on a cluster forme
 inside one Spark barrier stage and hands each task a ``TaskContext``;
 ``sparktf.ml`` holds the ``TFEstimator`` / ``TFModel`` stages; the errors below;
 ``sparktf.tensorboard`` (the fits' TensorBoard server). Everything under
-``sparktf._driver``, ``sparktf._protocol`` and ``sparktf._executor`` is internal
+``sparktf._driver``, ``sparktf._protocol`` and ``sparktf.runtime`` is internal
 (see ARCHITECTURE.md). Importing sparktf does not import TensorFlow, nor, until
 ``run`` or ``TaskContext`` is first used, PySpark's ML and SQL modules: every executor
-process imports this package on its way to ``sparktf._executor`` (a task's Python worker,
+process imports this package on its way to ``sparktf.runtime`` (a task's Python worker,
 each spare before its TensorFlow import), where ``pyspark.ml`` would cost half a second
 on the cold path.
 """
@@ -28,7 +28,7 @@ from sparktf.errors import (
 
 __version__ = "0.1.0"
 
-_LAZY = {"run": "sparktf._driver.launch", "TaskContext": "sparktf._executor.context"}
+_LAZY = {"run": "sparktf._driver.launch", "TaskContext": "sparktf.runtime.context"}
 
 
 def __getattr__(name: str):

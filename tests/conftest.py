@@ -24,8 +24,8 @@ os.environ["SPARK_CONF_DIR"] = os.path.join(ROOT, "tests", "spark-conf")
 RUN_TAG = "SPARKTF_TEST_RUN"
 os.environ.setdefault(RUN_TAG, uuid.uuid4().hex)
 
-CHILD_MARKER = "sparktf._executor.child"
-SPARE_NAME = "sparktf-spare"  # sparktf._executor.spare.SPARE_NAME
+CHILD_MARKER = "sparktf.runtime.child"
+SPARE_NAME = "sparktf-spare"  # sparktf.runtime.spare.SPARE_NAME
 
 
 def _comm(pid: int) -> str:

@@ -20,9 +20,6 @@ import cloudpickle
 from sparktf._driver import checks, failures, pickling, routing, schema, sessions
 from sparktf._driver.events import EventCollector, ensure_log_handler, log_phase
 from sparktf._driver.resources import TaskResources, check_gpu_conf, gpus_scheduled
-from sparktf._executor import cluster, gpu
-from sparktf._executor import task as task_runtime
-from sparktf._executor.row_checks import RowChecks
 from sparktf._protocol import watchdog
 from sparktf._protocol.server import EventServer
 from sparktf._protocol.watchdog import Watchdog
@@ -34,6 +31,9 @@ from sparktf.errors import (
     TaskFailedError,
     TaskStalledError,
 )
+from sparktf.runtime import cluster, gpu
+from sparktf.runtime import task as task_runtime
+from sparktf.runtime.row_checks import RowChecks
 
 logger = logging.getLogger("sparktf")
 
@@ -193,7 +193,7 @@ def launch(spark, stage: LaunchSpec, df=None,
 
 
 def spare_idle_s(conf: dict[str, str], chosen: str | None = None) -> float:
-    """How long a task's spare process (TensorFlow imported, see ``sparktf._executor.spare``) waits
+    """How long a task's spare process (TensorFlow imported, see ``sparktf.runtime.spare``) waits
     for the next task: ``spark.sparktf.spareIdleTimeout`` seconds (``chosen``, else from
     ``conf``; default 60; 0 turns spares off). Off when Spark does not reuse its Python
     workers."""

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from sparktf._driver import sessions
 from sparktf._driver.resources import TaskResources
-from sparktf._executor import cluster
-from sparktf._executor import task as task_runtime
 from sparktf.errors import ClusterFormationError
+from sparktf.runtime import cluster
+from sparktf.runtime import task as task_runtime
 
 ROUTE_COLUMN = "_sparktf_route"
 

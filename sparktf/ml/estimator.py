@@ -21,14 +21,14 @@ from sparktf import tensorboard
 from sparktf._driver import events, failures, launch, pickling, sessions
 from sparktf._driver import schema as schema_checks
 from sparktf._driver.resources import TaskResources
-from sparktf._executor import storage, training
-from sparktf._executor.row_checks import RowChecks
 from sparktf.errors import InvalidInputError, SparkTFError
 from sparktf.ml import parquet_copy
 from sparktf.ml.model import TFModel
 from sparktf.ml.params import _TFEstimatorParams, add_setters, without_none
 from sparktf.ml.persistence import TFEstimatorReader, TFEstimatorWriter
 from sparktf.ml.progress import FitProgress
+from sparktf.runtime import storage, training
+from sparktf.runtime.row_checks import RowChecks
 
 logger = logging.getLogger("sparktf")
 

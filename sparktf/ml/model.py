@@ -12,10 +12,10 @@ from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
 from sparktf._driver import checks, schema, sessions
-from sparktf._executor import inference, storage
 from sparktf.errors import InvalidInputError
 from sparktf.ml.params import _TFModelParams, add_setters, without_none
 from sparktf.ml.persistence import TFModelReader, TFModelWriter
+from sparktf.runtime import inference, storage
 
 MLFLOW_SCHEMES = ("runs:/", "models:/")  # modelPath naming a model sparktf logged to MLflow
 _SPARK_TYPES = {"float32": T.FloatType(), "float64": T.DoubleType(), "int32": T.IntegerType(),

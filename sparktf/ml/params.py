@@ -23,8 +23,8 @@ from pyspark.ml.param.shared import (
 )
 
 from sparktf._driver.resources import task_cpus, task_gpus
-from sparktf._executor.gpu import use_gpu_value
 from sparktf.errors import InvalidInputError
+from sparktf.runtime.gpu import use_gpu_value
 
 INPUT_MODES = ("stream", "parquet")
 PREDICTION_KINDS = ("auto", "regression", "binary", "multiclass")

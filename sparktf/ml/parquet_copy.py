@@ -17,7 +17,7 @@ import time
 import uuid
 from typing import Iterator
 
-from sparktf._executor import storage
+from sparktf.runtime import storage
 
 logger = logging.getLogger("sparktf")
 

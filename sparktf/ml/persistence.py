@@ -13,8 +13,8 @@ from pyspark.ml.util import DefaultParamsReader, DefaultParamsWriter, MLReader, 
 
 import sparktf
 from sparktf._driver import pickling, sessions
-from sparktf._executor import storage
 from sparktf.errors import InvalidInputError
+from sparktf.runtime import storage
 
 FORMAT_VERSION = 1
 MODEL_DIR = "savedmodel"

@@ -21,8 +21,8 @@ import tempfile
 
 import mlflow
 
-from sparktf._executor import inference, storage
 from sparktf.errors import InvalidInputError
+from sparktf.runtime import inference, storage
 
 logger = logging.getLogger("sparktf")
 

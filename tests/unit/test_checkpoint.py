@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from pyarrow import fs
 
-from sparktf._executor import storage
-from sparktf._executor.training import checkpoint
+from sparktf.runtime import storage
+from sparktf.runtime.training import checkpoint
 
 
 @pytest.fixture

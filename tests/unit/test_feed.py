@@ -4,7 +4,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from sparktf._executor import columns, feed
+from sparktf.runtime import columns, feed
 
 VECTOR = pa.struct([pa.field("type", pa.int8(), nullable=False), ("size", pa.int32()),
                     ("indices", pa.list_(pa.field("element", pa.int32(), nullable=False))),

@@ -4,8 +4,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from sparktf._executor import inference
-from sparktf._executor.inference import InputBinding, OutputBinding, ScoreSpec
+from sparktf.runtime import inference
+from sparktf.runtime.inference import InputBinding, OutputBinding, ScoreSpec
 
 
 def test_regression_prediction_is_the_value():

@@ -4,10 +4,10 @@ and the graph pipeline the parameter-server workers run; inputs bound by name or
 import numpy as np
 import pytest
 
-from sparktf._executor import columns, tensors
-from sparktf._executor.columns import ColumnInfo, FeedError
-from sparktf._executor.training import bindings, parameter_servers
-from sparktf._executor.training.bindings import InputBinding
+from sparktf.runtime import columns, tensors
+from sparktf.runtime.columns import ColumnInfo, FeedError
+from sparktf.runtime.training import bindings, parameter_servers
+from sparktf.runtime.training.bindings import InputBinding
 
 CASES = [  # (rows of the column, model input spec) -> shape and dtype the model gets
     (np.zeros((5, 64), np.float32), ((8, 8, 1), "float32"), (5, 8, 8, 1), "float32"),

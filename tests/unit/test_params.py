@@ -99,7 +99,7 @@ def test_model_history_and_mappings_are_params():
                                           ("Auto", "auto"), ("auto", "auto")])
 def test_use_gpu_has_one_representation_inside(given, inside):
     from sparktf._driver import launch
-    from sparktf._executor import gpu
+    from sparktf.runtime import gpu
     for value in (TFEstimator(useGpu=given).getUseGpu(), TFModel(useGpu=given).getUseGpu(),
                   gpu.use_gpu_value(given)):
         assert value == inside and type(value) is type(inside)

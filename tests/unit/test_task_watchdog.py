@@ -4,10 +4,10 @@ process, no Spark): a stalled child is stopped after stallTimeout, a progressing
 import threading
 
 from sparktf._driver import pickling
-from sparktf._executor.context import TaskContext
-from sparktf._executor.task import TaskSpec
-from sparktf._executor.task_process import TaskProcess
 from sparktf._protocol.client import EventClient
+from sparktf.runtime.context import TaskContext
+from sparktf.runtime.task import TaskSpec
+from sparktf.runtime.task_process import TaskProcess
 
 
 def beats_then_blocks(args, ctx):

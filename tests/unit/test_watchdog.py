@@ -3,8 +3,8 @@
 import json
 import threading
 
-from sparktf._executor.training import checkpoint
 from sparktf._protocol import watchdog
+from sparktf.runtime.training import checkpoint
 
 
 def test_the_silent_rank_is_reported_with_everyone_last_position():

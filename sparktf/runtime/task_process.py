@@ -2,7 +2,7 @@
 Python worker's spare, or started with its own TensorFlow import), its payload, the relay
 of its output to the driver, the watchdogs around it, and what it reported.
 
-``spec`` below is the task's ``sparktf._executor.task.TaskSpec``.
+``spec`` below is the task's ``sparktf.runtime.task.TaskSpec``.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import threading
 
 import cloudpickle
 
-from sparktf._executor import spare
-from sparktf._executor.context import TaskContext
 from sparktf._protocol import watchdog
 from sparktf._protocol.wire import CHANNEL_ENV, DONE_LINE, EVENT_MARKER
+from sparktf.runtime import spare
+from sparktf.runtime.context import TaskContext
 
 LOG_TAIL_LINES = 40
 # TensorFlow's gRPC channels wait about 1 s before retrying a peer whose server is not up

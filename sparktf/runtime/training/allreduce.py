@@ -4,8 +4,8 @@ that the step equals one over the global batch."""
 
 from __future__ import annotations
 
-from sparktf._executor.training import keras_steps, loop, tf_keras
-from sparktf._executor.training.spec import StepPlan, TrainSpec
+from sparktf.runtime.training import keras_steps, loop, tf_keras
+from sparktf.runtime.training.spec import StepPlan, TrainSpec
 
 
 def train(spec: TrainSpec, ctx) -> dict | None:

@@ -10,10 +10,10 @@ own fit), ``checkpoint`` and ``summaries``, and never import one another.
 
 from __future__ import annotations
 
-from sparktf._executor import cluster
-from sparktf._executor.training import allreduce, evaluator, parameter_servers
-from sparktf._executor.training.spec import KERAS_FILE, SAVED_MODEL, TrainSpec
 from sparktf._protocol import heartbeats
+from sparktf.runtime import cluster
+from sparktf.runtime.training import allreduce, evaluator, parameter_servers
+from sparktf.runtime.training.spec import KERAS_FILE, SAVED_MODEL, TrainSpec
 
 __all__ = ["TrainSpec", "train_main", "SAVED_MODEL", "KERAS_FILE"]
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import collections
 
-from sparktf._executor.training import checkpoint, loop
-from sparktf._executor.training.spec import TrainSpec
 from sparktf._protocol.client import EventClient
+from sparktf.runtime.training import checkpoint, loop
+from sparktf.runtime.training.spec import TrainSpec
 
 
 def evaluate_checkpoints(spec: TrainSpec, ctx) -> dict:

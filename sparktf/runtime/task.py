@@ -27,11 +27,11 @@ from typing import Iterator
 
 import pyarrow as pa
 
-from sparktf._executor import cluster, columns, feed, gpu, row_checks
-from sparktf._executor.context import TaskContext
-from sparktf._executor.task_process import TaskProcess
 from sparktf._protocol.client import EventClient, JobEnded
 from sparktf.errors import TaskFailedError
+from sparktf.runtime import cluster, columns, feed, gpu, row_checks
+from sparktf.runtime.context import TaskContext
+from sparktf.runtime.task_process import TaskProcess
 
 RESULT_SCHEMA = pa.schema([("rank", pa.int32()), ("result", pa.binary())])
 PORT_CONFLICT_PREFIX = "sparktf-port-conflict: "

@@ -19,9 +19,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 
-from sparktf._executor import columns as kinds
-from sparktf._executor import storage
-from sparktf._executor.columns import ColumnInfo, FeedError
+from sparktf.runtime import columns as kinds
+from sparktf.runtime import storage
+from sparktf.runtime.columns import ColumnInfo, FeedError
 
 __all__ = ["FeedError", "Shard", "spill", "read_chunks", "step_batches", "step_rows"]
 

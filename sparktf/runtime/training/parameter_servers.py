@@ -19,11 +19,11 @@ import collections
 
 import numpy as np
 
-from sparktf._executor import cluster, columns, feed, servers, tensors
-from sparktf._executor.columns import ColumnInfo
-from sparktf._executor.training import keras_steps, loop
-from sparktf._executor.training.spec import TrainSpec, class_weights, plan_steps
 from sparktf._protocol import heartbeats
+from sparktf.runtime import cluster, columns, feed, servers, tensors
+from sparktf.runtime.columns import ColumnInfo
+from sparktf.runtime.training import keras_steps, loop
+from sparktf.runtime.training.spec import TrainSpec, class_weights, plan_steps
 
 SHARD_FILE = "sparktf-train.tfrecord"  # relative: each worker process's working directory
 SHUFFLE_ROWS = 10_000  # rows in the workers' shuffle buffer

@@ -11,11 +11,11 @@ import time
 
 import numpy as np
 
-from sparktf._executor import feed, inference, storage
-from sparktf._executor.training import bindings as binding
-from sparktf._executor.training import checkpoint, keras_steps, summaries
-from sparktf._executor.training.spec import EXPORT_DIR, KERAS_FILE, SAVED_MODEL, StepPlan, TrainSpec
 from sparktf._protocol import heartbeats
+from sparktf.runtime import feed, inference, storage
+from sparktf.runtime.training import bindings as binding
+from sparktf.runtime.training import checkpoint, keras_steps, summaries
+from sparktf.runtime.training.spec import EXPORT_DIR, KERAS_FILE, SAVED_MODEL, StepPlan, TrainSpec
 
 
 def resume(model, spec: TrainSpec) -> tuple[int, dict]:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
-from sparktf._executor import tensors
-from sparktf._executor.columns import ColumnInfo, FeedError
+from sparktf.runtime import tensors
+from sparktf.runtime.columns import ColumnInfo, FeedError
 
 
 @dataclasses.dataclass(frozen=True)

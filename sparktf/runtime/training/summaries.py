@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import tempfile
 
-from sparktf._executor import storage
+from sparktf.runtime import storage
 
 LOGS = "logs"
 

@@ -3,11 +3,11 @@
 A fresh process per task, because a TensorFlow gRPC server cannot be stopped
 inside a process: running in Spark's reused Python worker would leave servers
 and ports behind after every job. The process is either started for the task
-(``python -m sparktf._executor.child``) or forked by the Python worker's spare
-(``python -m sparktf._executor.child --spare FD IDLE_S``, see ``spare``), which has
+(``python -m sparktf.runtime.child``) or forked by the Python worker's spare
+(``python -m sparktf.runtime.child --spare FD IDLE_S``, see ``spare``), which has
 imported TensorFlow already.
 
-Protocol with the parent task (``sparktf._executor.task``):
+Protocol with the parent task (``sparktf.runtime.task``):
 
 1. import TensorFlow at once, while the parent is still receiving the data;
 2. read one line from stdin, JSON ``{"payload", "result", "cwd"}``: the path of
@@ -30,9 +30,9 @@ import traceback
 
 import cloudpickle
 
-from sparktf._executor import spare
 from sparktf._protocol.wire import DONE_LINE, phase
 from sparktf.errors import InvalidInputError
+from sparktf.runtime import spare
 
 
 def _preimport() -> None:

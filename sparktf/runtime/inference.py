@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sparktf._executor import columns, gpu, storage, tensors
+from sparktf.runtime import columns, gpu, storage, tensors
 
 REGRESSION, BINARY, MULTICLASS = "regression", "binary", "multiclass"
 

@@ -9,9 +9,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from sparktf._executor import feed
-from sparktf._executor.training import keras_steps
-from sparktf._executor.training.bindings import Bindings
+from sparktf.runtime import feed
+from sparktf.runtime.training import keras_steps
+from sparktf.runtime.training.bindings import Bindings
 
 EXPORT_DIR = "export"
 SAVED_MODEL = "saved_model"

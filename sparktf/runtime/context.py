@@ -10,9 +10,9 @@ import dataclasses
 import sys
 from typing import Any, Sequence
 
-from sparktf._executor import columns, feed, servers
-from sparktf._executor.columns import ColumnInfo
 from sparktf._protocol.wire import phase, write_event
+from sparktf.runtime import columns, feed, servers
+from sparktf.runtime.columns import ColumnInfo
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from sparktf._executor.columns import ColumnInfo, FeedError, Padded, widen
+from sparktf.runtime.columns import ColumnInfo, FeedError, Padded, widen
 
 
 def is_string_dtype(dtype) -> bool:

@@ -14,7 +14,7 @@ import os
 import tempfile
 import uuid
 
-from sparktf._executor import storage
+from sparktf.runtime import storage
 
 CHECKPOINTS = "checkpoints"
 POINTER = "latest.json"

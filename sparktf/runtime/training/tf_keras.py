@@ -11,8 +11,8 @@ from __future__ import annotations
 import itertools
 import time
 
-from sparktf._executor.training import checkpoint, summaries
 from sparktf._protocol import heartbeats
+from sparktf.runtime.training import checkpoint, summaries
 
 
 def _dataset(strategy, shard, sizes, spec, bound, infos, shuffle: bool):
