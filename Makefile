@@ -7,7 +7,7 @@ STAMP := $(VENV)/.sparktf-installed
 LOWEST := .venv-lowest
 LOWEST_STAMP := $(LOWEST)/.sparktf-installed
 
-.PHONY: demo test test-lowest lint unit integration bench java-check clean
+.PHONY: demo test test-lowest test-cluster lint unit integration bench java-check clean
 
 $(STAMP): pyproject.toml setup.cfg Makefile constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "sparktf needs Python 3.11 or newer; set PYTHON=/path/to/python3.11")'
@@ -50,6 +50,11 @@ lint: $(STAMP)
 # The unit tests and one fit + transform at the lowest declared versions.
 test-lowest: java-check $(LOWEST_STAMP)
 	$(LOWEST)/bin/python -m pytest -p no:cacheprovider tests/unit tests/integration/test_smoke.py
+
+# A Spark standalone cluster (a master and 3 workers from the installed pyspark) and
+# applications submitted to it with spark-submit; part of `make test` too.
+test-cluster: java-check $(STAMP)
+	$(BIN)/python -m pytest -m cluster tests/integration/test_standalone_cluster.py
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit

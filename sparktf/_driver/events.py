@@ -30,7 +30,8 @@ def log_phase(rank: int | None, name: str, t: float | None = None) -> None:
 class EventCollector:
     """Handles the tasks' events on the driver: logs, failures by rank, progress."""
 
-    def __init__(self, on_event: Callable[[dict], None] | None):
+    def __init__(self, on_event: Callable[[dict], None] | None, label: str = ""):
+        self.label = label  # prefixes the relayed lines: "[fit 3 rank 0]"
         self.errors: dict[int, dict] = {}
         self.stalled: tuple[int, dict] | None = None
         self.watchdog: Watchdog | None = None
@@ -53,7 +54,8 @@ class EventCollector:
             if self._on_event is not None:
                 self._on_event(event)  # the chief's carry the epoch's progress
         elif kind == "log":
-            worker_logger.info("[rank %s] %s", rank, event.get("line", ""))
+            worker_logger.info("[%srank %s] %s", f"{self.label} " if self.label else "", rank,
+                               event.get("line", ""))
         elif kind == "phase":
             log_phase(int(rank), str(event.get("name")), float(event.get("t", 0)))
         elif kind == "serving":

@@ -131,9 +131,18 @@ def translate(exc: Exception | None, errors: dict[int, dict], what: str) -> Spar
             f"executor. Spark said: {first_line(text)}")
     if is_executor_lost(text):
         return ExecutorLostError(f"{what}'s barrier stage failed: an executor running one of "
-                                 f"its tasks was lost. Spark said: {first_line(text)}")
+                                 f"its tasks was lost. Spark said: {_lost_line(text)}")
     return SparkTFError(f"{what}'s barrier stage failed before any task reported an error. "
                         f"Spark said: {first_line(text)}")
+
+
+def _lost_line(text: str) -> str:
+    """The line of Spark's report that says which executor was lost and why (the first line
+    of a Py4J error only names the call: "An error occurred while calling o237...")."""
+    for line in text.splitlines():
+        if _EXECUTOR_LOST.search(line):
+            return line.strip().lstrip(": ")[:500]
+    return first_line(text)
 
 
 def first_line(text: str) -> str:

@@ -134,6 +134,7 @@ class LaunchSpec:
     model_dir: str | None = None
     timeout: float | None = None
     what: str = "sparktf.run"  # how errors and logs name the job
+    label: str = ""  # names this job in the tasks' relayed output ("fit 3")
     stall_timeout: float | None = None
     parquet_uri: str | None = None  # inputMode="parquet": the tasks read this copy
     evaluator: bool = False
@@ -184,7 +185,7 @@ def launch(spark, stage: LaunchSpec, df=None,
                     "(spark.task.resource.gpu.amount is not set)", what)
     log_phase(None, "checked")
     with checks.SlotGate.hold(stage.num_tasks, slots, what):
-        rows = _run_stage(session, stage, df, EventCollector(on_event))
+        rows = _run_stage(session, stage, df, EventCollector(on_event, stage.label))
     log_phase(None, "collected")
     results = sorted(((r["rank"], r["result"]) for r in rows))
     results = [cloudpickle.loads(blob) for _, blob in results]

@@ -26,7 +26,7 @@ from sparktf.ml import parquet_copy
 from sparktf.ml.model import TFModel
 from sparktf.ml.params import _TFEstimatorParams, add_setters, without_none
 from sparktf.ml.persistence import TFEstimatorReader, TFEstimatorWriter
-from sparktf.ml.progress import FitProgress
+from sparktf.ml.progress import FitProgress, next_label
 from sparktf.runtime import storage, training
 from sparktf.runtime.row_checks import RowChecks
 
@@ -138,10 +138,10 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
             use_gpu=self.getUseGpu(), model_dir=run_dir, what="TFEstimator.fit",
             stall_timeout=self.getStallTimeout(), parquet_uri=parquet_uri,
             evaluator=self.getEvaluator(), resources=resources,
-            row_checks=self._row_checks(columns))
+            row_checks=self._row_checks(columns), label=next_label())
         policy = failures.FailurePolicy(self.getMaxRetries())
         for retries in itertools.count():
-            progress = FitProgress(self.getVerbose())
+            progress = FitProgress(self.getVerbose(), label=stage.label)
             try:
                 results = launch.launch(spark, stage, frame, on_event=progress)
                 model = self._make_model(results)
@@ -154,9 +154,10 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                 decision = policy.decide(failure, retries)
                 if not decision.retry:
                     raise
-                logger.warning("sparktf: training attempt %d failed: %s. Relaunching from the "
-                               "last checkpoint (%s).", retries + 1,
-                               str(failure).splitlines()[0], decision.reason)
+                logger.warning("sparktf: %s: training attempt %d failed (%s): %s. Relaunching "
+                               "from the last checkpoint (%s).", stage.label, retries + 1,
+                               type(failure).__name__, str(failure).splitlines()[0],
+                               decision.reason)
             finally:
                 progress.finish()
 

@@ -10,6 +10,7 @@ lines, 2 epoch lines only.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import shutil
 import sys
@@ -39,12 +40,23 @@ def in_notebook() -> bool:
         return False
 
 
+_FITS = itertools.count(1)
+
+
+def next_label() -> str:
+    """``fit N``: the N-th fit of this driver. Epoch lines and the tasks' relayed output
+    carry it, so fits that run at once (threads, ``CrossValidator(parallelism=2)``) can be
+    told apart."""
+    return f"fit {next(_FITS)}"
+
+
 class FitProgress:
     """Consumes the tasks' events while ``fit`` runs (``launch(on_event=...)``)."""
 
     def __init__(self, verbose: int = 1, stream: TextIO | None = None,
-                 bar: bool | None = None):
+                 bar: bool | None = None, label: str = ""):
         self.verbose = verbose
+        self.label = label
         self.stream = stream or sys.stderr
         self.notebook = in_notebook()
         if bar is None:
@@ -101,7 +113,7 @@ class FitProgress:
             self._bar.set_postfix_str(format_logs(event.get("logs", {})), refresh=False)
             self._close()
         if self.verbose:
-            logger.info("sparktf: %s", text)
+            logger.info("sparktf: %s%s", f"{self.label}: " if self.label else "", text)
         self._epoch_started = time.monotonic()
 
     def _close(self) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import uuid
 from urllib.parse import urlparse
 
 
@@ -76,8 +77,11 @@ def exists(uri: str) -> bool:
 
 
 def check_writable(uri: str) -> None:
-    """Creates ``uri`` if needed and proves a file can be written there; raises OSError."""
-    probe = ".sparktf-write-probe"
+    """Creates ``uri`` if needed and proves a file can be written there; raises OSError.
+
+    The probe's name is unique: fits that start at once in one folder (threads,
+    ``CrossValidator(parallelism=2)``) must not remove one another's probe."""
+    probe = f".sparktf-write-probe-{uuid.uuid4().hex}"
     if is_local(uri):
         path = local_path(uri)
         os.makedirs(path, exist_ok=True)

@@ -173,7 +173,7 @@ def test_a_lost_executor_is_recognized_and_the_fit_recovers(spark, tmp_path, cap
     history = est.fit(_frame(spark)).getHistory()
     assert os.path.exists(tmp_path / "killed")
     relaunches = [r.getMessage() for r in caplog.records if "Relaunching" in r.getMessage()]
-    assert len(relaunches) == 1 and "executor" in relaunches[0] and \
+    assert len(relaunches) == 1 and "ExecutorLostError" in relaunches[0] and \
         "was lost" in relaunches[0], relaunches
     assert len(history["loss"]) == 3
     assert sparktf.run(spark, lambda a, c: c.rank, numWorkers=2) == [0, 1]  # usable again

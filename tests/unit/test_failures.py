@@ -74,3 +74,18 @@ def test_policy_gives_up_on_what_would_fail_again(failure):
 ])
 def test_only_spark_reports_of_a_lost_executor_count_as_one(text, lost):
     assert failures.is_executor_lost(text) is lost
+
+
+def test_a_lost_executor_is_reported_with_the_line_that_says_so():
+    """A Py4J error's first line names only the call; the user is told what Spark said
+    about the executor (the worker lost mid-fit in test_standalone_cluster.py)."""
+    text = ("An error occurred while calling o237.collectToPython.\n"
+            ": org.apache.spark.SparkException: Job aborted due to stage failure: Task 1 in "
+            "stage 7.0 failed 1 times, most recent failure: Lost task 1.0 in stage 7.0 "
+            "(TID 12) (127.0.0.1 executor 2): ExecutorLostFailure (executor 2 exited caused "
+            "by one of the running tasks) Reason: worker lost: 127.0.0.1:38583 got "
+            "disassociated\n\tat org.apache.spark.scheduler.DAGScheduler...")
+    error = failures.translate(Exception(text), {}, "TFEstimator.fit")
+    assert isinstance(error, ExecutorLostError)
+    assert "Spark said: org.apache.spark.SparkException: Job aborted" in str(error)
+    assert "worker lost: 127.0.0.1:38583" in str(error) and "o237" not in str(error)

@@ -2,11 +2,12 @@
 
 import io
 import logging
+import re
 
 import pytest
 
 from sparktf.errors import InvalidInputError
-from sparktf.ml import TFEstimator
+from sparktf.ml import TFEstimator, progress
 from sparktf.ml.progress import FitProgress
 
 
@@ -57,11 +58,21 @@ def test_verbose_2_logs_epoch_lines_only_and_0_is_silent(caplog):
                                               for r in caplog.records)
 
 
+def test_each_fit_names_itself_in_its_epoch_lines(caplog):
+    """Fits that run at once (threads, CrossValidator(parallelism=2)) log "fit N: epoch"."""
+    caplog.set_level(logging.INFO, logger="sparktf")
+    first, second = progress.next_label(), progress.next_label()
+    assert first != second and re.fullmatch(r"fit \d+", first)
+    _feed(FitProgress(verbose=2, stream=io.StringIO(), label=second))
+    assert [r.getMessage() for r in caplog.records if "epoch" in r.getMessage()][0] \
+        .startswith(f"sparktf: {second}: epoch 1/2 loss=0.2500")
+
+
 def test_no_bar_where_no_one_watches():
     stream = io.StringIO()  # not a terminal, not a notebook
-    progress = FitProgress(verbose=1, stream=stream)
-    assert not progress.show_bar
-    _feed(progress)
+    shown = FitProgress(verbose=1, stream=stream)
+    assert not shown.show_bar
+    _feed(shown)
     assert stream.getvalue() == ""
 
 

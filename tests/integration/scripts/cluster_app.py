@@ -1,0 +1,259 @@
+"""Applications for test_standalone_cluster.py, submitted to a Spark standalone cluster.
+
+    spark-submit --master spark://HOST:PORT cluster_app.py SCENARIO WORKDIR
+    python cluster_app.py second WORKDIR sc://HOST:PORT       (a Spark Connect client)
+
+Each scenario prints its findings as one ``RESULT name {json}`` line. WORKDIR is a folder
+every worker reaches (on one machine: a local folder; on a real cluster: a shared mount).
+"""
+
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+
+from pyspark.sql import SparkSession
+
+EPOCHS = 3
+
+
+def emit(name, value):
+    print(f"\nRESULT {name} {json.dumps(value)}", flush=True)
+
+
+def digits_frames(spark):
+    """scikit-learn's digits as pixel columns p0..p63 and a label, train and test."""
+    from tests.integration import data
+    X_train, X_test, y_train, y_test = data.digits_split()
+    schema = ", ".join([f"p{i} double" for i in range(64)] + ["label long", "id long"])
+
+    def rows(X, y):
+        return [(*map(float, x), int(t), i) for i, (x, t) in enumerate(zip(X, y))]
+    return (spark.createDataFrame(rows(X_train, y_train), schema),
+            spark.createDataFrame(rows(X_test, y_test), schema))
+
+
+def estimator(**kw):
+    from sparktf.ml import TFEstimator
+    from tests.integration import models
+    settings = dict(modelFn=models.digits_mlp, numWorkers=2, epochs=EPOCHS, batchSize=64,
+                    learningRate=0.01, seed=1)
+    settings.update(kw)
+    return TFEstimator(**settings)
+
+
+def predictions(scored):
+    return {str(r.id): [r.prediction, list(r.probability)]
+            for r in scored.select("id", "prediction", "probability").collect()}
+
+
+def pipeline_save(spark, workdir):
+    """The README's flow: assemble, fit on 2 workers with a shared modelDir, save."""
+    from pyspark.ml import Pipeline
+    from pyspark.ml.feature import VectorAssembler
+    train, test = digits_frames(spark)
+    pipeline = Pipeline(stages=[
+        VectorAssembler(inputCols=[f"p{i}" for i in range(64)], outputCol="features"),
+        estimator(modelDir=os.path.join(workdir, "fit"))])
+    model = pipeline.fit(train)
+    model.write().overwrite().save(os.path.join(workdir, "pipeline"))
+    with open(os.path.join(workdir, "predictions.json"), "w") as f:
+        json.dump(predictions(model.transform(test)), f)
+    executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1
+    emit("pipeline_save", {"master": spark.sparkContext.master, "executors": executors,
+                           "history": model.stages[-1].getHistory(),
+                           "model_dir": _files(os.path.join(workdir, "fit"))})
+
+
+def _files(folder):
+    return sorted(os.path.relpath(os.path.join(root, name), folder)
+                  for root, _, names in os.walk(folder) for name in names)
+
+
+def first(spark, workdir):
+    """The first application: the pipeline saved for the second, then two fits at once."""
+    pipeline_save(spark, workdir)
+    concurrent(spark, workdir)
+
+
+def pipeline_load(spark, workdir):
+    """A second application: load the saved pipeline, score with transform and SQL."""
+    from pyspark.ml import PipelineModel
+    _, test = digits_frames(spark)
+    model = PipelineModel.load(os.path.join(workdir, "pipeline"))
+    scored = model.transform(test)
+    by_transform = predictions(scored)
+    with open(os.path.join(workdir, "predictions.json")) as f:
+        saved = json.load(f)
+    scored.select("id", "features").createOrReplaceTempView("digits_test")
+    spark.udf.register("tf_digit", model.stages[-1].udf())
+    by_sql = {str(r.id): r.p for r in
+              spark.sql("SELECT id, tf_digit(features) AS p FROM digits_test").collect()}
+    emit("pipeline_load", {
+        "rows": len(by_transform),
+        "transform_equals_saved_app": by_transform == saved,
+        "sql_equals_transform": by_sql == {k: v[0] for k, v in by_transform.items()}})
+
+
+class EpochLines(logging.Handler):
+    """The driver's per-epoch progress lines, as the user sees them."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.lines = []
+
+    def emit(self, record):
+        message = record.getMessage()
+        if " epoch " in f" {message}":
+            self.lines.append(message)
+
+
+def concurrent(spark, workdir):
+    """Two fits at once (two threads; CrossValidator(parallelism=2)) against the same
+    fits one after the other."""
+    from pyspark.ml.evaluation import MulticlassClassificationEvaluator
+    from pyspark.ml.feature import VectorAssembler
+    from pyspark.ml.tuning import CrossValidator, ParamGridBuilder
+    train, _ = digits_frames(spark)
+    train = VectorAssembler(inputCols=[f"p{i}" for i in range(64)],
+                            outputCol="features").transform(train).select("features", "label")
+    train = train.repartition(2).cache()
+    train.count()
+    lines = EpochLines()
+    logging.getLogger("sparktf").addHandler(lines)
+    logging.getLogger("sparktf").setLevel(logging.INFO)
+    rates = (0.01, 0.05)
+    shared = os.path.join(workdir, "concurrent")  # every fit gets a folder of its own in it
+    # full-batch steps: the rows' order (which a shuffle before a 1-task stage does not
+    # keep) changes only the order of a sum, so fits run at once and in turn can agree
+    full = dict(numWorkers=1, batchSize=4096, modelDir=shared)
+    estimators = [estimator(learningRate=lr, epochs=2, **full) for lr in rates]
+
+    def histories(parallel):
+        found, failed = [None, None], []
+
+        def fit(i):
+            try:
+                found[i] = estimators[i].fit(train).getHistory()
+            except BaseException as e:  # noqa: BLE001 - raised again in the main thread
+                failed.append(e)
+        if parallel:
+            threads = [threading.Thread(target=fit, args=(i,)) for i in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        else:
+            fit(0)
+            fit(1)
+        if failed:
+            raise failed[0]
+        return found
+
+    lines.lines.clear()
+    together = histories(parallel=True)
+    together_lines = list(lines.lines)
+    apart = histories(parallel=False)
+
+    def cv(parallelism):
+        est = estimator(epochs=1, **full)
+        grid = ParamGridBuilder().addGrid(est.learningRate, list(rates)).build()
+        return CrossValidator(estimator=est, estimatorParamMaps=grid, numFolds=2, seed=3,
+                              parallelism=parallelism,
+                              evaluator=MulticlassClassificationEvaluator(
+                                  metricName="accuracy")).fit(train).avgMetrics
+    lines.lines.clear()
+    cv_together = cv(2)
+    cv_lines = list(lines.lines)
+    emit("concurrent", {"threads": together, "sequential": apart, "thread_lines": together_lines,
+                        "cv_parallel": cv_together, "cv_sequential": cv(1),
+                        "cv_lines": cv_lines})
+
+
+def kill_worker_once(marker):
+    """A Keras callback: after the first epoch, rank 1 kills the standalone Worker JVM that
+    runs it and that worker's executor JVM (a machine lost mid-fit), once."""
+    import keras
+
+    class KillWorkerOnce(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            if json.loads(os.environ["TF_CONFIG"])["task"]["index"] != 1 or epoch != 0 \
+                    or os.path.exists(marker):
+                return
+            executor = _ancestor(os.getpid(), b"CoarseGrainedExecutorBackend")
+            worker = _ancestor(executor, b"org.apache.spark.deploy.worker.Worker")
+            with open(marker, "w") as f:
+                json.dump({"worker": worker, "executor": executor}, f)
+            os.kill(worker, signal.SIGKILL)
+            os.kill(executor, signal.SIGKILL)
+    return KillWorkerOnce()
+
+
+def _ancestor(pid, marker: bytes) -> int:
+    while pid > 1:
+        with open(f"/proc/{pid}/status") as f:
+            pid = int(next(line for line in f if line.startswith("PPid:")).split()[1])
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            if marker in f.read():
+                return pid
+    raise RuntimeError(f"no ancestor process runs {marker!r}")
+
+
+def worker_lost(spark, workdir):
+    """A 2-worker fit with checkpoints; a worker machine dies after epoch 1."""
+    from pyspark.ml.feature import VectorAssembler
+    records = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: records.append(record.getMessage())
+    logging.getLogger("sparktf").addHandler(handler)
+    train, test = digits_frames(spark)
+    assemble = VectorAssembler(inputCols=[f"p{i}" for i in range(64)], outputCol="features")
+    marker = os.path.join(workdir, "killed.json")
+    model = estimator(maxRetries=1, epochs=2, modelDir=os.path.join(workdir, "lost"),
+                      callbacks=[kill_worker_once(marker)]).fit(assemble.transform(train))
+    scored = model.transform(assemble.transform(test))
+    accuracy = scored.where("prediction = label").count() / scored.count()
+    with open(marker) as f:
+        killed = json.load(f)
+    executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1
+    emit("worker_lost", {"history": model.getHistory(), "killed": killed, "warnings": records,
+                         "accuracy": accuracy, "executors_after": executors})
+
+
+def second(spark, workdir):
+    """The second application, a Spark Connect server in front of the cluster, from its
+    client: the first application's saved pipeline scored, then a fit and its scoring."""
+    pipeline_load(spark, workdir)
+    connect(spark, workdir)
+
+
+def connect(spark, workdir):
+    """From a Spark Connect client of a server in front of the cluster: fit and score."""
+    from pyspark.ml.feature import VectorAssembler
+    train, test = digits_frames(spark)
+    assemble = VectorAssembler(inputCols=[f"p{i}" for i in range(64)], outputCol="features")
+    model = estimator(epochs=2, modelDir=os.path.join(workdir, "connect")).fit(
+        assemble.transform(train))
+    scored = model.transform(assemble.transform(test))
+    accuracy = scored.where("prediction = label").count() / scored.count()
+    emit("connect", {"history": model.getHistory(), "accuracy": accuracy,
+                     "rows": scored.count()})
+
+
+def main(argv):
+    scenario, workdir = argv[0], argv[1]
+    if len(argv) > 2:  # a Spark Connect client
+        spark = SparkSession.builder.remote(argv[2]).getOrCreate()
+    else:
+        spark = SparkSession.builder.appName(f"sparktf-cluster-{scenario}").getOrCreate()
+        spark.sparkContext.setLogLevel("ERROR")
+    try:
+        globals()[scenario](spark, workdir)
+    finally:
+        spark.stop()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
