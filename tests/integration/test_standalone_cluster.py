@@ -15,12 +15,13 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
 from tests import conftest
 
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 APP = os.path.join(conftest.ROOT, "tests", "integration", "scripts", "cluster_app.py")
 WORKERS = 3
 START_TIMEOUT_S = 90
@@ -58,7 +59,6 @@ class Daemon:
         self._lines.put(None)
 
     def wait_for(self, pattern: str, timeout: float = START_TIMEOUT_S) -> re.Match:
-        import time
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -114,7 +114,7 @@ class Cluster:
         for worker in workers:
             worker.wait_for(r"Successfully registered with master")
 
-    def submit(self, scenario: str, *conf: str, timeout: float = 300) -> dict:
+    def submit(self, scenario: str, *conf: str, timeout: float = 420) -> dict:
         """Runs ``cluster_app.py SCENARIO`` as an application of its own; its RESULT lines
         by name."""
         command = [os.path.join(spark_home(), "bin", "spark-submit"), "--master", self.url,
@@ -123,7 +123,7 @@ class Cluster:
                    APP, scenario, self.workdir]
         return self._run(scenario, command, timeout)
 
-    def client(self, scenario: str, *args: str, timeout: float = 300) -> dict:
+    def client(self, scenario: str, *args: str, timeout: float = 420) -> dict:
         return self._run(scenario, [sys.executable, APP, scenario, self.workdir, *args],
                          timeout)
 
