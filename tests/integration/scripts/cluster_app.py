@@ -10,6 +10,7 @@ every worker reaches (on one machine: a local folder; on a real cluster: a share
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -106,7 +107,7 @@ class EpochLines(logging.Handler):
 
     def emit(self, record):
         message = record.getMessage()
-        if " epoch " in f" {message}":
+        if re.match(r"sparktf: (fit \d+: )?epoch \d+/\d+ ", message):
             self.lines.append(message)
 
 
@@ -204,10 +205,13 @@ def _ancestor(pid, marker: bytes) -> int:
 def worker_lost(spark, workdir):
     """A 2-worker fit with checkpoints; a worker machine dies after epoch 1."""
     from pyspark.ml.feature import VectorAssembler
+    lines = EpochLines()  # the epochs each attempt trained
     records = []
     handler = logging.Handler(logging.WARNING)
     handler.emit = lambda record: records.append(record.getMessage())
-    logging.getLogger("sparktf").addHandler(handler)
+    for h in (lines, handler):
+        logging.getLogger("sparktf").addHandler(h)
+    logging.getLogger("sparktf").setLevel(logging.INFO)
     train, test = digits_frames(spark)
     assemble = VectorAssembler(inputCols=[f"p{i}" for i in range(64)], outputCol="features")
     marker = os.path.join(workdir, "killed.json")
@@ -219,7 +223,8 @@ def worker_lost(spark, workdir):
         killed = json.load(f)
     executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1
     emit("worker_lost", {"history": model.getHistory(), "killed": killed, "warnings": records,
-                         "accuracy": accuracy, "executors_after": executors})
+                         "accuracy": accuracy, "executors_after": executors,
+                         "epoch_lines": lines.lines})
 
 
 def second(spark, workdir):
