@@ -47,6 +47,17 @@ def spare_pids() -> list[int]:
     return [pid for pid in pids_with(CHILD_MARKER) if _comm(pid) == SPARE_NAME]
 
 
+def ancestor(pid: int, marker: bytes) -> int:
+    """The nearest ancestor of ``pid`` whose command line contains ``marker`` (e.g. the
+    executor JVM above a task process: task -> spare -> Python worker -> daemon -> JVM)."""
+    while pid > 1:
+        with open(f"/proc/{pid}/status") as f:
+            pid = int(next(line for line in f if line.startswith("PPid:")).split()[1])
+        if marker in _read(f"/proc/{pid}/cmdline"):
+            return pid
+    raise RuntimeError(f"no ancestor process runs {marker!r}")
+
+
 def pids_with(marker: str) -> list[int]:
     """PIDs of this run's processes (``RUN_TAG``) whose command line contains ``marker``."""
     return [pid for pid in own_pids() if marker.encode() in _read(f"/proc/{pid}/cmdline")]

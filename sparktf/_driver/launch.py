@@ -230,7 +230,7 @@ def _run_stage(session: sessions.Session, stage: LaunchSpec, df, collector: Even
                 _watching(session, stage, collector, tag), _reachability(server, stage):
             with checks.executor_python(session):
                 job = routing.barrier_job(session, frame, stage.num_tasks,
-                                   stage.task_spec(server), stage.resources)
+                                          stage.task_spec(server), stage.resources)
             log_phase(None, "submitted")
             try:
                 with _cancel_after_failure(session, collector, tag):

@@ -11,7 +11,7 @@ import pytest
 
 import sparktf
 from sparktf.ml import TFEstimator
-from tests.conftest import child_pids, wait_gone
+from tests.conftest import ancestor, child_pids, wait_gone
 from tests.integration import data, models
 
 pytestmark = pytest.mark.timeout(600)
@@ -152,14 +152,7 @@ class KillExecutorOnce(keras.callbacks.Callback):
         if _rank() != 1 or epoch != 0 or os.path.exists(self.marker):
             return
         open(self.marker, "w").close()
-        pid = os.getpid()
-        for _ in range(4):  # walk up to the JVM
-            with open(f"/proc/{pid}/status") as f:
-                pid = int(next(line for line in f if line.startswith("PPid:")).split()[1])
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"CoarseGrainedExecutorBackend" in f.read():
-                    os.kill(pid, signal.SIGKILL)
-                    return
+        os.kill(ancestor(os.getpid(), b"CoarseGrainedExecutorBackend"), signal.SIGKILL)
 
 
 def test_a_lost_executor_is_recognized_and_the_fit_recovers(spark, tmp_path, caplog):

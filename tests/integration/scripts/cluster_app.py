@@ -178,28 +178,20 @@ def kill_worker_once(marker):
     runs it and that worker's executor JVM (a machine lost mid-fit), once."""
     import keras
 
+    from tests.conftest import ancestor
+
     class KillWorkerOnce(keras.callbacks.Callback):
         def on_epoch_end(self, epoch, logs=None):
             if json.loads(os.environ["TF_CONFIG"])["task"]["index"] != 1 or epoch != 0 \
                     or os.path.exists(marker):
                 return
-            executor = _ancestor(os.getpid(), b"CoarseGrainedExecutorBackend")
-            worker = _ancestor(executor, b"org.apache.spark.deploy.worker.Worker")
+            executor = ancestor(os.getpid(), b"CoarseGrainedExecutorBackend")
+            worker = ancestor(executor, b"org.apache.spark.deploy.worker.Worker")
             with open(marker, "w") as f:
                 json.dump({"worker": worker, "executor": executor}, f)
             os.kill(worker, signal.SIGKILL)
             os.kill(executor, signal.SIGKILL)
     return KillWorkerOnce()
-
-
-def _ancestor(pid, marker: bytes) -> int:
-    while pid > 1:
-        with open(f"/proc/{pid}/status") as f:
-            pid = int(next(line for line in f if line.startswith("PPid:")).split()[1])
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            if marker in f.read():
-                return pid
-    raise RuntimeError(f"no ancestor process runs {marker!r}")
 
 
 def worker_lost(spark, workdir):
