@@ -2,7 +2,8 @@
 
 A function defined in a script's or notebook's neighbouring module is pickled by
 reference by default and then fails to import on the executors; modules that
-are the user's own (not installed packages) are pickled by value instead.
+are the user's own (not installed packages) are pickled by value instead, and so
+are the user's own modules those reach (a helper module the script's module imports).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import sysconfig
+import types
 from typing import Any, Sequence
 
 import cloudpickle
@@ -42,9 +44,13 @@ def _installed_roots() -> tuple[str, ...]:
 
 
 def own_module(obj):
-    """The module defining ``obj`` (or its class) if it is the user's own, else None."""
-    name = getattr(obj, "__module__", None) or type(obj).__module__
-    module = sys.modules.get(name or "")
+    """The module defining ``obj`` (or its class), or ``obj`` itself if it is a module, if
+    that module is the user's own, else None."""
+    if isinstance(obj, types.ModuleType):
+        module = obj
+    else:
+        name = getattr(obj, "__module__", None) or type(obj).__module__
+        module = sys.modules.get(name if isinstance(name, str) else "")
     path = getattr(module, "__file__", None)
     if (module is None or path is None or module.__name__ == "__main__"
             or module.__name__.startswith(("sparktf", "pyspark"))
@@ -60,7 +66,7 @@ def by_value(objects: Sequence[Any]):
     A function from a script's or notebook's neighbouring module would otherwise be
     pickled by reference and fail to import on the executors.
     """
-    modules = {m.__name__: m for m in map(own_module, objects) if m is not None}
+    modules = _reached({m.__name__: m for m in map(own_module, objects) if m is not None})
     for module in modules.values():
         cloudpickle.register_pickle_by_value(module)
     try:
@@ -70,3 +76,20 @@ def by_value(objects: Sequence[Any]):
             cloudpickle.unregister_pickle_by_value(module)
 
 
+
+
+def _reached(modules: dict) -> dict:
+    """``modules`` and the user's own modules their globals name, transitively: a helper
+    module that a script's module imports (``from helpers import f``) does not import on
+    the executors either."""
+    pending = list(modules.values())
+    while pending:
+        for value in list(vars(pending.pop()).values()):
+            try:
+                module = own_module(value)
+            except Exception:  # noqa: BLE001 - an odd global (a proxy) is not a module
+                continue
+            if module is not None and module.__name__ not in modules:
+                modules[module.__name__] = module
+                pending.append(module)
+    return modules

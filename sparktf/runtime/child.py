@@ -55,7 +55,14 @@ def _run(payload_path: str) -> tuple[str, object]:
         with open(payload_path, "rb") as f:
             payload, ctx, env = cloudpickle.load(f)
         os.environ.update(env)
-        main_fn, args = cloudpickle.loads(payload)
+        try:
+            main_fn, args = cloudpickle.loads(payload)
+        except ModuleNotFoundError as e:
+            raise ModuleNotFoundError(
+                f"{e}: main_fn, or something it refers to, comes from module {e.name!r}, "
+                "which the executors' Python cannot import: install it on every executor, or "
+                "ship it with SparkContext.addPyFile (spark-submit --py-files).",
+                name=e.name) from e
         return "ok", main_fn(args, ctx)
     except BaseException as e:  # everything, including SystemExit from user code
         # the user's data at fault (a column its model input cannot take): the driver
