@@ -76,8 +76,6 @@ def by_value(objects: Sequence[Any]):
             cloudpickle.unregister_pickle_by_value(module)
 
 
-
-
 def _reached(modules: dict) -> dict:
     """``modules`` and the user's own modules their globals name, transitively: a helper
     module that a script's module imports (``from helpers import f``) does not import on
