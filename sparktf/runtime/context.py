@@ -116,12 +116,14 @@ class TaskContext:
                          for n, a in template.items()}
 
             def chunks():
-                return feed.shuffled_chunks(shard, names, pass_seed())
+                feed.keep_freed_memory()
+                yield from feed.shuffled_chunks(shard, names, pass_seed())
 
             ds = tf.data.Dataset.from_generator(chunks, output_signature=signature)
             return ds.rebatch(batch_size).prefetch(tf.data.AUTOTUNE)
 
         def batches():
+            feed.keep_freed_memory()
             for batch in feed.step_batches(shard, feed.batch_sizes(shard.num_rows, batch_size),
                                            names, pass_seed(), infos):
                 yield {n: _tensor(batch[n], infos[n]) for n in names}

@@ -23,7 +23,33 @@ from sparktf.runtime import columns as kinds
 from sparktf.runtime import storage
 from sparktf.runtime.columns import ColumnInfo, FeedError
 
-__all__ = ["FeedError", "Shard", "spill", "read_chunks", "step_batches", "step_rows"]
+__all__ = ["FeedError", "Shard", "spill", "read_chunks", "step_batches", "step_rows",
+           "keep_freed_memory"]
+
+# glibc's mallopt parameters
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_KEEP_BYTES = 32 << 20
+
+
+def keep_freed_memory() -> None:
+    """Lets this process reuse freed buffers of up to 32 MB instead of returning them to
+    the system at once. Call it in a ``tf.data.Dataset.from_generator`` generator, before
+    its first element.
+
+    TensorFlow's generator dataset sets glibc's ``M_TRIM_THRESHOLD`` to 128 KB the first
+    time one runs, which also turns off glibc's growing mmap threshold: from then on every
+    tensor of more than 128 KB is a fresh ``mmap``, page-faulted in and unmapped again, and
+    a 10,000-row chunk of 28 floats cost 1.6-2.1 ms to go through ``from_generator``
+    instead of 0.45 ms (3M rows through ``ctx.dataset()``: 1.1-1.3 s, then 0.5 s). Memory
+    stays bounded: at most 32 MB of freed buffers are kept for reuse.
+    """
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None)
+        libc.mallopt(_M_MMAP_THRESHOLD, _KEEP_BYTES)
+        libc.mallopt(_M_TRIM_THRESHOLD, _KEEP_BYTES)
+    except (OSError, AttributeError):
+        pass  # not glibc: its allocator has no such settings
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,6 +12,7 @@ import itertools
 import time
 
 from sparktf._protocol import heartbeats
+from sparktf.runtime import feed
 from sparktf.runtime.training import checkpoint, summaries
 
 
@@ -21,6 +22,7 @@ def _dataset(strategy, shard, sizes, spec, bound, infos, shuffle: bool):
     import tensorflow as tf
 
     def epoch_batches():
+        feed.keep_freed_memory()
         for epoch in itertools.count():
             yield from spec.batches(shard, sizes, bound, epoch if shuffle else None, infos)
 
