@@ -8,6 +8,8 @@ the ceiling (Spark -> Arrow -> numpy in a barrier stage) and ``sparktf.run`` +
 (Spark's Python workers, sparktf's spares and task processes) spent during the job, read
 from ``/proc/PID/stat`` (user + system, with reaped children's) before and after. Cores busy
 = CPU seconds / wall seconds: below the machine's cores, a job leaves CPU idle.
+"machine": the cores busy on the whole machine over the job (``/proc/stat``), which also
+counts a task process that has exited and whose CPU its parent has not collected yet.
 """
 
 from __future__ import annotations
@@ -49,13 +51,23 @@ def cpu_seconds() -> dict[str, float]:
     return found
 
 
+def machine_busy() -> tuple[float, float]:
+    """(busy, all) CPU seconds of the whole machine so far (``/proc/stat``): counts every
+    process, those that have exited and not been reaped (a task process) included."""
+    with open("/proc/stat") as f:
+        ticks = [int(v) for v in f.readline().split()[1:]]
+    idle = ticks[3] + ticks[4]  # idle, iowait
+    return (sum(ticks) - idle) / TICK, sum(ticks) / TICK
+
+
 def measured(name: str, job) -> None:
-    before, started = cpu_seconds(), time.perf_counter()
+    before, started, busy_before = cpu_seconds(), time.perf_counter(), machine_busy()
     job()
-    wall, after = time.perf_counter() - started, cpu_seconds()
+    wall, after, busy_after = time.perf_counter() - started, cpu_seconds(), machine_busy()
     jvm, python = after["jvm"] - before["jvm"], after["python"] - before["python"]
-    print(f"  {name:30}{wall:8.2f}{jvm:12.2f}{python:12.2f}{(jvm + python) / wall:8.1f}",
-          flush=True)
+    busy = busy_after[0] - busy_before[0]
+    print(f"  {name:30}{wall:8.2f}{jvm:12.2f}{python:12.2f}{(jvm + python) / wall:8.1f}"
+          f"{busy / wall:10.2f}", flush=True)
 
 
 def main() -> int:
@@ -69,7 +81,8 @@ def main() -> int:
         df = common.higgs_like(spark, args.rows).cache()
         df.count()
         print(f"\n{args.rows:,} rows: wall and CPU seconds per job")
-        print(f"  {'job':30}{'wall':>8}{'JVMs CPU':>12}{'Python CPU':>12}{'cores':>8}")
+        print(f"  {'job':30}{'wall':>8}{'JVMs CPU':>12}{'Python CPU':>12}{'cores':>8}"
+              f"{'machine':>10}")
         for _ in range(args.rounds):
             measured("ceiling", lambda: feed_bench.run_ceiling(df, args.rows))
             measured("sparktf.run + ctx.dataset()",

@@ -61,6 +61,9 @@ def single_process(path: str, rows: int) -> float:
     return rows / seconds
 
 
+WARM_ROUNDS = 1  # --warm-rounds: the warm rate is the median of this many rounds
+
+
 def _with_session(rows, make_scored, column):
     from pyspark.sql import functions as F
     from pyspark.sql.types import NumericType
@@ -74,14 +77,15 @@ def _with_session(rows, make_scored, column):
         if not isinstance(scored.schema[column].dataType, NumericType):
             value = value[0]  # tensorflowonspark returns [N, 1] outputs as arrays
         rates = []
-        for _ in range(2):  # cold, then warm
+        for _ in range(1 + WARM_ROUNDS):  # cold, then warm
             out, seconds = common.timed(lambda: scored.agg(F.count(value), F.sum(value))
                                         .collect())
             assert out[0][0] == rows
             rates.append(rows / seconds)
+        warm = sorted(rates[1:])[len(rates[1:]) // 2]
         print(f"measured {make_scored.__qualname__}: cold {rates[0]:,.0f} rows/s, warm "
-              f"{rates[1]:,.0f} rows/s", flush=True)
-        return rates
+              f"{', '.join(f'{r:,.0f}' for r in rates[1:])} rows/s", flush=True)
+        return rates[0], warm
     finally:
         spark.stop()
 
@@ -142,14 +146,24 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--tfos-rows", type=int, default=200_000)
+    parser.add_argument("--warm-rounds", type=int, default=1,
+                        help="warm rounds per method (the median is reported)")
+    parser.add_argument("--only", nargs="+", choices=["sparktf", "pbu", "tfos", "floor"],
+                        help="measure only these Spark methods")
     args = parser.parse_args()
+    global WARM_ROUNDS
+    WARM_ROUNDS = args.warm_rounds
     path = os.path.join(tempfile.mkdtemp(prefix="sparktf-bench-"), "mlp")
     export_mlp(path)
     single = single_process(path, args.rows)
-    ours = sparktf_rates(path, args.rows)
-    pbu = pbu_rates(path, args.rows)
-    tfos = tfos_rates(path, args.tfos_rows) if args.tfos_rows else [float("nan")] * 2
-    floor = floor_rates(args.rows)
+    only = set(args.only or ["sparktf", "pbu", "tfos", "floor"])
+    if not args.tfos_rows:
+        only.discard("tfos")
+    skipped = (float("nan"),) * 2
+    ours = sparktf_rates(path, args.rows) if "sparktf" in only else skipped
+    pbu = pbu_rates(path, args.rows) if "pbu" in only else skipped
+    tfos = tfos_rates(path, args.tfos_rows) if "tfos" in only else skipped
+    floor = floor_rates(args.rows) if "floor" in only else skipped
     bound = 1.0 / (1.0 / floor[1] + 1.0 / single)
 
     print(f"\ninference, MLP 28-256-256-1 SavedModel, {args.rows:,} rows "

@@ -9,6 +9,7 @@ import os
 import select
 import socket
 import sys
+import threading
 import time
 from typing import Any
 
@@ -31,6 +32,9 @@ class EventClient:
         self._sock: socket.socket | None = None
         self._reader = None
         self._ended = False  # connected once, then hung up by the driver (or broken)
+        # the task's threads share the connection (its output relayed, its exchanges):
+        # one event on the wire at a time; replies are read by one thread at a time
+        self._sending = threading.Lock()
         if address is None:
             return
         try:
@@ -64,15 +68,22 @@ class EventClient:
             return False
         event.setdefault("rank", self.rank)
         try:
-            self._sock.sendall(encode(event))
+            self._send(event)
             if not wait_ack:
                 return True
             if self._reader.readline() == ACK:
                 return True
-        except OSError:
+        except (OSError, ValueError, AttributeError):  # closed by another thread meanwhile
             pass
         self._lost()
         return False
+
+    def _send(self, event: dict[str, Any]) -> None:
+        with self._sending:
+            sock = self._sock
+            if sock is None:
+                raise OSError("the event channel is closed")
+            sock.sendall(encode(event))
 
     def phase(self, name: str) -> None:
         """A start-up or shutdown phase of the task, timestamped (``sparktf.phases``)."""
@@ -84,9 +95,9 @@ class EventClient:
             return None
         event.setdefault("rank", self.rank)
         try:
-            self._sock.sendall(encode(event))
+            self._send(event)
             line = self._reader.readline()
-        except OSError:
+        except (OSError, ValueError, AttributeError):  # closed by another thread meanwhile
             line = b""
         if not line:
             self._lost()

@@ -61,7 +61,7 @@ class _Job:
         self.hung_up = False
         self.ranks: set[int] = set()  # ranks that presented the secret
         self.any_connected = False
-        self.gathered: dict[int, str] = {}
+        self.gathered: dict[int, dict[int, str]] = {}  # round -> rank -> value
         self.gather_fallback = False  # every task exchanges through Spark instead
         self.epoch = 0
         self.serving: set[int] = set()
@@ -147,9 +147,10 @@ class _Job:
         await self._until(lambda: len(self.done) >= self.num_tasks or self.closing)
         return not self.closing or len(self.done) >= self.num_tasks
 
-    async def gather(self, rank: int, value: str) -> dict:
-        """The address exchange: waits until every task has sent its ``value``, then
-        answers ``{"values": [...]}`` in rank order (what Spark's ``allGather`` returns).
+    async def gather(self, rank: int, value: str, round_: int = 0) -> dict:
+        """An exchange among the tasks (round 0 their addresses, round 1 their rows): waits
+        until every task has sent its ``value`` of that round, then answers
+        ``{"values": [...]}`` in rank order (what Spark's ``allGather`` returns).
 
         Answers ``{"fallback": True}`` (exchange through Spark instead) when not every
         task has connected within ``GATHER_GRACE_S`` of the first request: one of them
@@ -160,19 +161,20 @@ class _Job:
         def everyone(collection) -> bool:
             return len(collection) >= self.num_tasks
 
-        await self._note(self.gathered.__setitem__, rank, value)
+        gathered = self.gathered.setdefault(round_, {})
+        await self._note(gathered.__setitem__, rank, value)
         try:
             await self._until(lambda: everyone(self.ranks) or self.gather_fallback
                               or self.closing, GATHER_GRACE_S)
         except asyncio.TimeoutError:
             await self._note(setattr, self, "gather_fallback", True)
-        await self._until(lambda: everyone(self.gathered) or self.gather_fallback
+        await self._until(lambda: everyone(gathered) or self.gather_fallback
                           or self.closing)
         if self.closing:
             return {"ended": True}  # the job has ended (a task failed): no exchange
-        if self.gather_fallback or not everyone(self.gathered):
+        if self.gather_fallback or not everyone(gathered):
             return {"fallback": True}
-        return {"values": [self.gathered[r] for r in range(self.num_tasks)]}
+        return {"values": [gathered[r] for r in range(self.num_tasks)]}
 
     async def await_epoch(self, rank: int, after: int) -> dict:
         """Waits until an epoch after ``after`` is reported or every other task is done.
@@ -215,7 +217,8 @@ class _Job:
 
 _REQUESTS = {
     "gather": lambda job, event: job.gather(int(event.get("rank", -1)),
-                                            str(event.get("value", ""))),
+                                            str(event.get("value", "")),
+                                            int(event.get("round", 0))),
     "await_serving": lambda job, event: job.await_serving(int(event.get("count", 0))),
     "await_epoch": lambda job, event: job.await_epoch(int(event.get("rank", -1)),
                                                       int(event.get("after", 0))),

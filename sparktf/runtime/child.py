@@ -12,7 +12,8 @@ Protocol with the parent task (``sparktf.runtime.task``):
 1. import TensorFlow at once, while the parent is still receiving the data;
 2. read one line from stdin, JSON ``{"payload", "result", "cwd"}``: the path of
    ``(payload, ctx, env)`` pickled, where to write the result, the working
-   directory (EOF instead means the parent gave up: exit quietly);
+   directory (EOF instead means the parent gave up: exit quietly); while the task's
+   rows still arrive, the next lines tell of them (``arrival``);
 3. put ``env`` (TF_CONFIG) into the environment and run ``main_fn(args, ctx)``;
 4. write ``(status, value or error info, peak RSS KiB)`` to the result path;
 5. on success print DONE_LINE and wait until the parent closes stdin: parents
@@ -32,7 +33,7 @@ import cloudpickle
 
 from sparktf._protocol.wire import DONE_LINE, phase
 from sparktf.errors import InvalidInputError
-from sparktf.runtime import spare
+from sparktf.runtime import arrival, spare
 
 
 def _preimport() -> None:
@@ -54,6 +55,8 @@ def _run(payload_path: str) -> tuple[str, object]:
     try:
         with open(payload_path, "rb") as f:
             payload, ctx, env = cloudpickle.load(f)
+        if isinstance(getattr(ctx, "share", None), arrival.Pending):
+            arrival.listen(ctx.share)  # the rows' arrival, then the release, on stdin
         os.environ.update(env)
         try:
             main_fn, args = cloudpickle.loads(payload)
@@ -94,7 +97,7 @@ def _task() -> None:
         f.write(blob)
     if status == "ok":
         print(DONE_LINE, flush=True)
-        sys.stdin.read()  # returns when the parent releases us (or dies)
+        arrival.wait_released()  # when the parent releases us (or dies)
     sys.stdout.flush()
     sys.stderr.flush()
     # TensorFlow's gRPC threads can keep a normal interpreter shutdown waiting.

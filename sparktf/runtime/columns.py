@@ -57,6 +57,12 @@ class ColumnInfo:
     def is_text(self) -> bool:
         return self.dtype in (STRING, BYTES)
 
+    def rows(self) -> str:
+        """The rows in words, e.g. "float32 rows of shape (3,)"."""
+        if self.varies:
+            return f"{self.dtype} rows whose length varies"
+        return f"{self.dtype} rows of shape {self.shape}"
+
     def as_json(self) -> list:
         return [self.dtype, list(self.shape), self.longest, self.vector]
 

@@ -11,7 +11,7 @@ import sys
 from typing import Any, Sequence
 
 from sparktf._protocol.wire import phase, write_event
-from sparktf.runtime import columns, feed, servers
+from sparktf.runtime import arrival, columns, feed, servers
 from sparktf.runtime.columns import ColumnInfo
 
 
@@ -36,7 +36,9 @@ class TaskContext:
     modelDir : str or None
         Where checkpoints, logs and exports go (reachable from every task).
     numRows : int
-        Rows of the input DataFrame that this task received.
+        Rows of the input DataFrame that this task received. ``main_fn`` starts while
+        the rows still arrive: this, ``allNumRows``, ``feedSpec`` and the shards wait
+        until every task's rows are in; ``dataset()`` need not (see ``stream``).
     allNumRows : tuple of int
         ``numRows`` of every task, by rank.
     gpus : str
@@ -57,14 +59,41 @@ class TaskContext:
     numWorkers: int
     numPs: int = 0
     modelDir: str | None = None
-    numRows: int = 0
-    allNumRows: tuple = ()
-    shard: feed.Shard | None = None
-    validationShard: feed.Shard | None = None
-    allValidationRows: tuple = ()
     gpus: str = ""  # this task's CUDA_VISIBLE_DEVICES ("" hides every GPU)
     assignedGpus: tuple = ()  # the GPU addresses Spark's scheduler gave the task
-    feedSpec: dict = dataclasses.field(default_factory=dict)
+    # the rows: an ``arrival.Share``, or an ``arrival.Pending`` one while they arrive
+    share: arrival.Share | arrival.Pending = dataclasses.field(default_factory=arrival.Share)
+
+    def _rows(self) -> arrival.Share:
+        share = self.share
+        return share.share() if isinstance(share, arrival.Pending) else share
+
+    @property
+    def numRows(self) -> int:
+        """Rows of the input DataFrame this task received (waits until they are in)."""
+        return self._rows().numRows
+
+    @property
+    def allNumRows(self) -> tuple:
+        """``numRows`` of every task, by rank (waits until every task's rows are in)."""
+        return self._rows().allNumRows
+
+    @property
+    def shard(self) -> feed.Shard | None:
+        return self._rows().shard
+
+    @property
+    def validationShard(self) -> feed.Shard | None:
+        return self._rows().validationShard
+
+    @property
+    def allValidationRows(self) -> tuple:
+        return self._rows().allValidationRows
+
+    @property
+    def feedSpec(self) -> dict:
+        """Column -> ``ColumnInfo`` over every task's rows (waits until they are in)."""
+        return self._rows().feedSpec
 
     @property
     def tfConfig(self) -> dict:
@@ -80,7 +109,7 @@ class TaskContext:
         return self.jobName == "worker" and self.taskIndex == 0
 
     def dataset(self, batch_size: int, shuffle: bool = False, seed: int | None = None,
-                columns: Sequence[str] | None = None):
+                columns: Sequence[str] | None = None, stream: bool = True):
         """This task's share of the input DataFrame as a ``tf.data.Dataset`` of dicts.
 
         Each element maps a column name to a batch of ``batch_size`` rows (the last one
@@ -91,15 +120,24 @@ class TaskContext:
         Rows come from a local Arrow file read one record batch at a time, so the dataset
         can be iterated once per epoch with bounded memory. With ``shuffle``, chunk order
         and rows within chunks change every pass.
+
+        ``stream``: while the rows are still arriving, the first pass reads each record
+        batch as soon as it is in, when this task's first rows are numbers of one shape
+        (and ``shuffle`` is off); later passes read the finished file. Rows of another
+        shape later (here or on another task) then fail the pass with a ``FeedError``:
+        pass ``stream=False`` to wait for every row and take the shapes from all of them.
         """
         import tensorflow as tf
 
-        if self.shard is None:
+        pending = self.share if isinstance(self.share, arrival.Pending) else None
+        if pending is None and self.share.shard is None:
             raise ValueError("This job was started without a DataFrame; pass df= to "
                              "sparktf.run to feed data to the tasks.")
-        names = list(columns or self.shard.columns)
-        infos = {n: _info(self.feedSpec.get(n)) for n in names}
-        shard = self.shard
+        names = list(columns or (pending.columns if pending else self.shard.columns))
+        first = None  # the first batch's columns, when the first pass streams
+        if stream and pending is not None and not shuffle and not pending.settled:
+            first = _streamable(pending, names)
+        infos = first or {n: _info(self.feedSpec.get(n)) for n in names}
         passes = iter(range(sys.maxsize))
 
         def pass_seed():
@@ -114,16 +152,22 @@ class TaskContext:
             template = feed.empty_batch(names, infos)
             signature = {n: tf.TensorSpec((None,) + a.shape[1:], tf.as_dtype(a.dtype))
                          for n, a in template.items()}
+            streamed = []  # the pass that streamed, once begun
 
             def chunks():
                 feed.keep_freed_memory()
-                yield from feed.shuffled_chunks(shard, names, pass_seed())
+                if first and not streamed:
+                    streamed.append(True)
+                    yield from _streamed_chunks(self, pending, names, infos)
+                    return
+                yield from feed.shuffled_chunks(self.shard, names, pass_seed())
 
             ds = tf.data.Dataset.from_generator(chunks, output_signature=signature)
             return ds.rebatch(batch_size).prefetch(tf.data.AUTOTUNE)
 
         def batches():
             feed.keep_freed_memory()
+            shard = self.shard
             for batch in feed.step_batches(shard, feed.batch_sizes(shard.num_rows, batch_size),
                                            names, pass_seed(), infos):
                 yield {n: _tensor(batch[n], infos[n]) for n in names}
@@ -158,6 +202,43 @@ class TaskContext:
         """Marks a start-up or shutdown phase (timestamped; a DEBUG record on the driver's
         ``sparktf.phases`` logger, which ``bench/startup_bench.py`` tabulates)."""
         phase(name, self.rank)
+
+
+def _streamable(pending: arrival.Pending, names: list[str]):
+    """Column -> ``ColumnInfo`` of this task's first record batch when the first pass can
+    stream: the rows are still arriving and those first ones are numbers of one shape.
+    None otherwise (every row in before the first batch, text, lengths that vary)."""
+    if next(pending.ends(), None) is None or pending.settled:
+        return None
+    first = next(feed.stream_batches(pending.path, pending.ends()))
+    infos = {n: columns.describe(first.column(n)) for n in names}
+    if any(i.varies or i.is_text for i in infos.values()):
+        return None
+    return infos
+
+
+def _streamed_chunks(ctx: TaskContext, pending: arrival.Pending, names: list[str],
+                     infos: dict):
+    """The first pass while the rows arrive: each record batch as soon as it is in, checked
+    against the shape the pass began with, then against every task's rows."""
+    for batch in feed.stream_batches(pending.path, pending.ends()):
+        for n in names:
+            seen = columns.describe(batch.column(n))
+            if (seen.dtype, seen.shape) != (infos[n].dtype, infos[n].shape):
+                raise feed.FeedError(_began_as(n, infos[n], seen))
+        yield feed.batch_values(batch, names)
+    for n in names:  # every task's rows are in: they must match what was fed
+        merged = ctx.feedSpec.get(n)
+        if merged is not None and (merged.dtype, merged.shape) != (infos[n].dtype,
+                                                                   infos[n].shape):
+            raise feed.FeedError(_began_as(n, infos[n], merged))
+
+
+def _began_as(name: str, began: ColumnInfo, other: ColumnInfo) -> str:
+    return (f"ctx.dataset() began feeding column '{name}' as {began.rows()}, as this "
+            f"task's first rows were, before every row had arrived, but other rows are "
+            f"{other.rows()}. Pass stream=False to ctx.dataset() to wait for every row "
+            "and take the shapes from all of them (ragged where lengths vary).")
 
 
 def _info(value) -> ColumnInfo | None:

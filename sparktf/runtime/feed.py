@@ -78,10 +78,18 @@ def normalize(batch: pa.RecordBatch, columns: Sequence[str]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, names=list(columns))
 
 
-class _ShardWriter:
-    """Appends normalised batches to one Arrow IPC file, describing its columns."""
+_FILE_MAGIC = b"ARROW1\0\0"  # the Arrow IPC file's first bytes, padded to 8
 
-    def __init__(self, path: str, columns: Sequence[str]):
+
+class _ShardWriter:
+    """Appends normalised batches to one Arrow IPC file, describing its columns.
+
+    ``on_batch(end)``, if given, is called after each batch with the byte where it ends in
+    the file: a reader may take the batches up to there (``stream_batches``)."""
+
+    def __init__(self, path: str, columns: Sequence[str], on_batch=None):
+        self.on_batch = on_batch
+        self._sink = None
         self.path = path
         self.columns = tuple(columns)
         self.rows = 0
@@ -95,31 +103,37 @@ class _ShardWriter:
         out = normalize(batch, self.columns)
         if self._writer is None:
             self._schema = out.schema
-            self._writer = pa.ipc.new_file(self.path, self._schema)
+            self._sink = pa.OSFile(self.path, "wb")
+            self._writer = pa.ipc.new_file(self._sink, self._schema)
         elif out.schema != self._schema:
             raise FeedError(_schema_mismatch(self._schema, out.schema))
         self.infos = [kinds.merge([seen, kinds.describe(out.column(i))])
                       for i, seen in enumerate(self.infos)]
         self._writer.write_batch(out)
         self.rows += out.num_rows
+        if self.on_batch is not None:
+            self.on_batch(self._sink.tell())
 
     def close(self) -> Shard:
         if self._writer is None:  # an empty partition still gets a readable file
             self._writer = pa.ipc.new_file(
                 self.path, pa.schema([(c, pa.float32()) for c in self.columns]))
         self._writer.close()
+        if self._sink is not None:
+            self._sink.close()
         infos = tuple(self.infos) if self.rows else ()
         return Shard(path=self.path, columns=self.columns, num_rows=self.rows, infos=infos)
 
 
 def spill(batches: Iterable[pa.RecordBatch], path: str, columns: Sequence[str],
-          split_column: str | None = None) -> tuple[Shard, Shard | None]:
+          split_column: str | None = None, on_batch=None) -> tuple[Shard, Shard | None]:
     """Writes the normalised batches to Arrow IPC files, one batch in memory at a time.
 
     With ``split_column`` (boolean), rows where it is true go to a second shard
-    (``path`` + ``.validation``), e.g. a validation hold-out.
+    (``path`` + ``.validation``), e.g. a validation hold-out. ``on_batch(end)``: after
+    each batch of the first shard, where it ends in the file (``stream_batches``).
     """
-    main = _ShardWriter(path, columns)
+    main = _ShardWriter(path, columns, on_batch)
     held_out = _ShardWriter(path + ".validation", columns) if split_column else None
     try:
         for batch in batches:
@@ -158,8 +172,35 @@ def read_chunks(shard: Shard, columns: Sequence[str] | None = None,
     with pa.OSFile(shard.path) as f:
         reader = pa.ipc.open_file(f)
         for i in (range(reader.num_record_batches) if order is None else order):
-            batch = reader.get_batch(int(i))
-            yield {name: _column_view(batch.column(name), name) for name in names}
+            yield batch_values(reader.get_batch(int(i)), names)
+
+
+def batch_values(batch: pa.RecordBatch, names: Sequence[str]) -> dict[str, np.ndarray]:
+    """A spilled record batch's columns as numpy (``columns.chunk_values``)."""
+    return {name: _column_view(batch.column(name), name) for name in names}
+
+
+def stream_batches(path: str, ends: Iterable[int]) -> Iterator[pa.RecordBatch]:
+    """The record batches of a shard file that is still being written, each as soon as it
+    is complete: ``ends`` gives the byte where each one ends, in order, as they are
+    written (``_ShardWriter``'s ``on_batch``). Reads the file as an Arrow IPC stream (the
+    file format's body, after its 8 magic bytes), never past a batch's end."""
+    f = messages = schema = None
+    try:
+        for end in ends:
+            if f is None:  # the file exists once its first batch is told
+                f = pa.OSFile(path)
+                f.seek(len(_FILE_MAGIC))
+                messages = pa.ipc.MessageReader.open_stream(f)
+            while f.tell() < end:
+                message = messages.read_next_message()
+                if schema is None:
+                    schema = pa.ipc.read_schema(message)
+                else:
+                    yield pa.ipc.read_record_batch(message, schema)
+    finally:
+        if f is not None:
+            f.close()
 
 
 def _column_view(arr: pa.Array, name: str):

@@ -22,6 +22,7 @@ import dataclasses
 import json
 import os
 import tempfile
+import threading
 import traceback
 from typing import Iterator
 
@@ -29,7 +30,7 @@ import pyarrow as pa
 
 from sparktf._protocol.client import EventClient, JobEnded
 from sparktf.errors import TaskFailedError
-from sparktf.runtime import cluster, columns, feed, gpu, row_checks
+from sparktf.runtime import arrival, cluster, columns, feed, gpu, row_checks
 from sparktf.runtime.context import TaskContext
 from sparktf.runtime.task_process import TaskProcess
 
@@ -95,34 +96,23 @@ def _run(spec: TaskSpec, batches, barrier, rank: int, role, events: EventClient)
                 collections.deque(batches, maxlen=0)
             if spec.parquet_uri:
                 batches = _parquet_share(spec, rank)
-            counts = spec.row_checks.counter() if spec.row_checks else None
-            if counts is not None:
-                batches = counts.watch(batches)
-            unusable = None  # rows the feed could not take: (message, traceback)
+            intake = _Intake(spec, batches, workdir, child) if spec.columns else None
             try:
-                shard, held_out = (feed.spill(batches, os.path.join(workdir, "shard.arrow"),
-                                              spec.columns, spec.split_column)
-                                   if spec.columns else (None, None))
-            except Exception as e:  # bad data: report it, then end the job
-                unusable = (f"{type(e).__name__}: {e}", traceback.format_exc(),
-                            isinstance(e, feed.FeedError))
-                if counts is None:
-                    _fail(events, rank, role, *unusable[:2], "", invalid_input=unusable[2])
-                # a null the checks name may be what the feed choked on: count the rest
-                collections.deque(batches, maxlen=0)
-                shard = held_out = None
-            events.phase("data received")
-            ctx, everyone_connected, problem = _form_cluster(
-                spec, barrier, rank, role, shard, held_out, devices, assigned, events, counts)
-            if problem is not None:  # every task found it: refuse before TensorFlow runs
-                _fail(events, rank, role, problem, "", "", invalid_input=True)
-            if unusable is not None:
-                _fail(events, rank, role, *unusable[:2], "", invalid_input=unusable[2])
-            events.phase("cluster formed")
-            status, value, tail, child_kb = child.run(
-                ctx, lambda: _release(events, barrier, everyone_connected))
+                ctx, everyone_connected = _form_cluster(spec, barrier, rank, role, devices,
+                                                        assigned, events, intake)
+                child.start(ctx)
+                events.phase("cluster formed")
+                share = _share_rows(spec, barrier, rank, role, events, intake) \
+                    if intake else arrival.Share()
+                if intake:
+                    child.tell({"share": share.as_json()})
+            finally:
+                if intake is not None:
+                    intake.join()  # Spark's input is read by one thread at a time
+            status, value, tail, child_kb = child.wait(
+                lambda: _release(events, barrier, everyone_connected))
         events.phase("released")
-        events.send({"kind": "stats", "role": str(role), "rows": ctx.numRows,
+        events.send({"kind": "stats", "role": str(role), "rows": share.numRows,
                      "feeder_peak_rss_mb": _peak_rss_kb() / 1024,
                      "task_peak_rss_mb": child_kb / 1024})
         if status != "ok":
@@ -133,34 +123,80 @@ def _run(spec: TaskSpec, batches, barrier, rank: int, role, events: EventClient)
                                          schema=RESULT_SCHEMA)
 
 
-def _form_cluster(spec, barrier, rank, role, shard, held_out, devices, assigned,
-                  events: EventClient, counts) -> tuple[TaskContext, bool, str | None]:
-    """Exchanges addresses and row counts (``_all_gather``); every task derives the same spec.
+class _Intake:
+    """Writes the task's partition to its shard file in a thread, from the moment the task
+    starts, telling the task's process where each record batch ends (``arrival``)."""
+
+    def __init__(self, spec: TaskSpec, batches, workdir: str, child: TaskProcess):
+        self.path = os.path.join(workdir, "shard.arrow")
+        self.columns = spec.columns
+        self.counts = spec.row_checks.counter() if spec.row_checks else None
+        if self.counts is not None:
+            batches = self.counts.watch(batches)
+        self.shard = self.held_out = None
+        self.unusable = None  # rows the feed could not take: (message, traceback, ours)
+        self._thread = threading.Thread(
+            target=self._spill, args=(spec, batches, lambda end: child.tell({"end": end})),
+            name="sparktf-intake", daemon=True)
+        self._thread.start()
+
+    def _spill(self, spec: TaskSpec, batches, on_batch) -> None:
+        try:
+            self.shard, self.held_out = feed.spill(batches, self.path, spec.columns,
+                                                   spec.split_column, on_batch)
+        except Exception as e:  # bad data: reported once the rows are in
+            self.unusable = (f"{type(e).__name__}: {e}", traceback.format_exc(),
+                             isinstance(e, feed.FeedError))
+            # a null the checks name may be what the feed choked on: count the rest
+            collections.deque(batches, maxlen=0)
+
+    def join(self) -> None:
+        self._thread.join()
+
+
+def _form_cluster(spec, barrier, rank, role, devices, assigned, events: EventClient,
+                  intake: _Intake | None) -> tuple[TaskContext, bool]:
+    """Exchanges addresses (``_all_gather``); every task derives the same spec. The rows
+    are still arriving: the context holds an ``arrival.Pending`` share (no input: none).
 
     Also returns whether every task reached the driver's event channel (then the
-    exit barrier goes through it), and the problem the row checks found in the
-    tasks' rows together, if any.
-    """
+    exit barrier goes through it)."""
     host = barrier.getTaskInfos()[rank].address.rsplit(":", 1)[0]
-    mine = {"address": f"{host}:{cluster.pick_port()}",
-            "rows": shard.num_rows if shard else 0,
-            "validation_rows": held_out.num_rows if held_out else 0,
-            "channel": events.connected,
-            "checks": counts.as_dict() if counts is not None else None,
-            "feed": _describe(shard, held_out)}
-    gathered = [json.loads(g) for g in _all_gather(events, barrier, json.dumps(mine))]
+    mine = {"address": f"{host}:{cluster.pick_port()}", "channel": events.connected}
+    gathered = [json.loads(g) for g in _all_gather(events, barrier, json.dumps(mine), 0)]
     spec_dict = cluster.build_cluster_spec(spec.roles, [g["address"] for g in gathered])
     ctx = TaskContext(jobName=role.job_name, taskIndex=role.task_index, rank=rank,
-                       clusterSpec=spec_dict, numWorkers=spec.num_workers, numPs=spec.num_ps,
-                       modelDir=spec.model_dir, numRows=mine["rows"],
-                       allNumRows=tuple(g["rows"] for g in gathered), shard=shard,
-                       validationShard=held_out,
-                       allValidationRows=tuple(g["validation_rows"] for g in gathered),
-                       gpus=devices, assignedGpus=tuple(assigned),
-                       feedSpec=_merged_feed([g["feed"] for g in gathered]))
+                      clusterSpec=spec_dict, numWorkers=spec.num_workers, numPs=spec.num_ps,
+                      modelDir=spec.model_dir, gpus=devices, assignedGpus=tuple(assigned),
+                      share=(arrival.Pending(intake.path, intake.columns) if intake
+                             else arrival.Share()))
+    return ctx, all(g["channel"] for g in gathered)
+
+
+def _share_rows(spec, barrier, rank, role, events: EventClient,
+                intake: _Intake) -> arrival.Share:
+    """Once this task's rows are in: exchanges row counts, column descriptions and the row
+    checks' counts with every task; refuses rows the feed or the checks cannot take."""
+    intake.join()
+    events.phase("data received")
+    shard, held_out, counts = intake.shard, intake.held_out, intake.counts
+    if intake.unusable is not None and counts is None:
+        _fail(events, rank, role, *intake.unusable[:2], "", invalid_input=intake.unusable[2])
+    mine = {"rows": shard.num_rows if shard else 0,
+            "validation_rows": held_out.num_rows if held_out else 0,
+            "checks": counts.as_dict() if counts is not None else None,
+            "feed": _describe(shard, held_out)}
+    gathered = [json.loads(g) for g in _all_gather(events, barrier, json.dumps(mine), 1)]
     problem = (row_checks.problem(spec.row_checks, [g["checks"] for g in gathered])
                if spec.row_checks else None)
-    return ctx, all(g["channel"] for g in gathered), problem
+    if problem is not None:  # every task found it: refuse before training
+        _fail(events, rank, role, problem, "", "", invalid_input=True)
+    if intake.unusable is not None:
+        _fail(events, rank, role, *intake.unusable[:2], "", invalid_input=intake.unusable[2])
+    return arrival.Share(numRows=mine["rows"], allNumRows=tuple(g["rows"] for g in gathered),
+                         shard=shard, validationShard=held_out,
+                         allValidationRows=tuple(g["validation_rows"] for g in gathered),
+                         feedSpec=_merged_feed([g["feed"] for g in gathered]))
 
 
 def _describe(*shards) -> dict | None:
@@ -182,12 +218,13 @@ def _merged_feed(described: list) -> dict:
     return {name: columns.merge(infos) for name, infos in found.items()}
 
 
-def _all_gather(events: EventClient, barrier, message: str) -> list[str]:
+def _all_gather(events: EventClient, barrier, message: str, round_: int) -> list[str]:
     """Every task's ``message`` in rank order: through the driver's event channel (a few
     milliseconds) when every task reaches it, else through Spark's ``allGather`` (about a
-    second). The driver answers every task alike, so all of them take the same road."""
+    second). The driver answers every task alike, so all of them take the same road.
+    ``round_``: the task's exchanges are numbered (0: addresses, 1: rows)."""
     if events.connected:
-        reply = events.request({"kind": "gather", "value": message})
+        reply = events.request({"kind": "gather", "value": message, "round": round_})
         if reply is None or reply.get("ended"):
             raise JobEnded("the driver ended the job while the tasks exchanged their "
                            "addresses")

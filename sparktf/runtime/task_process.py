@@ -81,6 +81,13 @@ class TaskProcess:
         self.env = child_env(spec, devices, cpus)
         self.proc = None
         self.request = None
+        self._telling = threading.Lock()  # the task's lines to the process, one at a time
+        self._backlog: list[dict] | None = []  # lines told before the process started
+        self._relaying: threading.Thread | None = None
+        self._waiting: threading.Thread | None = None  # the release, once main_fn is done
+        self._may_release = threading.Event()  # set by wait(), or when giving up
+        self._release_with = None
+        self._failed: list[BaseException] = []
         if spec.spare_idle_s > 0:
             self.request = spare.request(self.env, spec.spare_idle_s)
         else:
@@ -96,14 +103,22 @@ class TaskProcess:
     def __exit__(self, *exc) -> None:
         if self.proc is None and self.request is not None:
             self.request.abandon()  # never handed a payload: it exits once forked
+        self._may_release.set()  # a release thread not yet released ends without it
         if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.proc.wait()
+            if self._relaying is not None:
+                self._relaying.join()  # its output has ended with it
             spare.stop_process(self.proc)
 
     def run(self, ctx: TaskContext, release):
-        """Hands over the payload, relays output until exit; (status, value, tail, peak KiB).
+        """``start`` then ``wait``: (status, value, tail, peak KiB)."""
+        self.start(ctx)
+        return self.wait(release)
 
-        ``release()`` returns once every task's child has finished; then ours may exit.
-        """
+    def start(self, ctx: TaskContext) -> None:
+        """Hands over the payload; relays the process's output from now on (a thread)."""
         if self.request is not None:
             self.proc = self.request.process()
             if self.proc is None:
@@ -115,24 +130,50 @@ class TaskProcess:
                 env[CHANNEL_ENV] = json.dumps([*self.spec.event_address,
                                                self.spec.event_secret])
             cloudpickle.dump((self.spec.payload, ctx, env), f)
-        order = {"payload": payload_path, "result": self.result_path, "cwd": self.workdir}
+        with self._telling:  # the order first, then what was told before it
+            backlog, self._backlog = self._backlog, None
+            for message in [{"payload": payload_path, "result": self.result_path,
+                             "cwd": self.workdir}] + backlog:
+                self._write(message)
+        self._relaying = threading.Thread(target=self._relay_output, args=(ctx.isChief,),
+                                          name=f"sparktf-relay-{self.rank}", daemon=True)
+        self._relaying.start()
+
+    def tell(self, message: dict) -> None:
+        """One line to the process's stdin: its order, then its rows' arrival."""
+        with self._telling:
+            if self._backlog is not None:  # not started yet: sent after the order
+                self._backlog.append(message)
+            else:
+                self._write(message)
+
+    def _write(self, message: dict) -> None:
         try:
-            self.proc.stdin.write(json.dumps(order) + "\n")
+            self.proc.stdin.write(json.dumps(message) + "\n")
             self.proc.stdin.flush()
-        except BrokenPipeError:
-            pass  # the child died early; its output and exit code tell why
-        forward = ctx.isChief
-        waiting: threading.Thread | None = None
-        failed: list[BaseException] = []
+        except (BrokenPipeError, ValueError):
+            pass  # the process died early (its output and exit code tell why)
+
+    def wait(self, release):
+        """Waits for the process to exit; (status, value, tail, peak KiB).
+
+        ``release()`` returns once every task's child has finished; then ours may exit.
+        It runs only once this is called: the task's own exchanges with the other tasks
+        are over by then."""
+        self._release_with = release
+        self._may_release.set()
+        self._relaying.join()
+        code = self.proc.wait()
+        if self._waiting is not None:
+            self._waiting.join()
+        if self._failed:
+            raise self._failed[0]
+        return self._outcome(code)
+
+    def _relay_output(self, forward: bool) -> None:
         with self._own_watchdog(), self._stop_when_abandoned():
             for line in self.proc.stdout:
-                waiting = self._line(line, release, waiting, failed, forward)
-        code = self.proc.wait()
-        if waiting is not None:
-            waiting.join()
-        if failed:
-            raise failed[0]
-        return self._outcome(code)
+                self._line(line, forward)
 
     @contextlib.contextmanager
     def _own_watchdog(self):
@@ -185,28 +226,31 @@ class TaskProcess:
             os.close(wake_r)
             os.close(wake_w)
 
-    def _line(self, line: str, release, waiting, failed: list, forward: bool):
-        """Handles one line of the child's output; returns the release thread, if any."""
+    def _line(self, line: str, forward: bool) -> None:
+        """Handles one line of the child's output."""
         line = line.rstrip("\n")
-        if line == DONE_LINE and waiting is None:
+        if line == DONE_LINE and self._waiting is None:
             # Wait for the others in a thread and keep draining the child's output
             # meanwhile: a parameter server or worker serves (and may log) until the
             # chief is done, and a full pipe would block it mid-step.
-            waiting = threading.Thread(target=self._release, args=(release, failed),
-                                       name=f"sparktf-release-{self.rank}", daemon=True)
-            waiting.start()
+            self._waiting = threading.Thread(target=self._release,
+                                             name=f"sparktf-release-{self.rank}",
+                                             daemon=True)
+            self._waiting.start()
         else:
             # once waiting, the channel is busy with the exit barrier: log locally only
-            self._relay(line, forward, to_driver=waiting is None)
-        return waiting
+            self._relay(line, forward, to_driver=self._waiting is None)
 
-    def _release(self, release, failed: list) -> None:
+    def _release(self) -> None:
+        self._may_release.wait()
         try:
-            release()  # every child has finished: release them together
-        except BaseException as e:  # re-raised by run() once the child has exited
-            failed.append(e)
+            if self._release_with is not None:
+                self._release_with()  # every child has finished: release them together
+        except BaseException as e:  # re-raised by wait() once the child has exited
+            self._failed.append(e)
         finally:
-            self.proc.stdin.close()
+            with self._telling:
+                self.proc.stdin.close()
 
     def _relay(self, line: str, forward: bool, to_driver: bool) -> None:
         if line.startswith(EVENT_MARKER):

@@ -152,7 +152,7 @@ def test_split_column_sends_flagged_rows_to_a_second_shard(tmp_path):
 FAULTS_PROBE = """
 import resource, sys, tempfile, time
 import numpy as np, pyarrow as pa
-from sparktf.runtime import feed, task
+from sparktf.runtime import arrival, feed, task
 from sparktf.runtime.context import TaskContext
 
 rows, width = 10_000, 28
@@ -162,8 +162,8 @@ arr = pa.ListArray.from_arrays(pa.array(np.arange(0, rows * width + 1, width, np
 batches = [pa.RecordBatch.from_arrays([arr], names=["features"])] * 100
 shard, _ = feed.spill(batches, tempfile.mkdtemp() + "/shard.arrow", ("features",))
 ctx = TaskContext(jobName="worker", taskIndex=0, rank=0, clusterSpec={}, numWorkers=1,
-                  numRows=shard.num_rows, allNumRows=(shard.num_rows,), shard=shard,
-                  feedSpec=task._merged_feed([task._describe(shard)]))
+                  share=arrival.Share(shard.num_rows, (shard.num_rows,), shard,
+                                      feedSpec=task._merged_feed([task._describe(shard)])))
 keep = feed.keep_freed_memory
 
 def one_pass():
