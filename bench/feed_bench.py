@@ -1,6 +1,8 @@
 """Feed rate into TensorFlow from a cached DataFrame, and fit time against one process.
 
     .venv/bin/python bench/feed_bench.py [--rows 2000000 6000000] [--tfos-rows 200000]
+    .venv/bin/python bench/feed_bench.py --ratios 500000 2000000 6000000 [--repeats 3]
+        [--executors 2]
 
 Side by side in one run, on local-cluster[2,1,2048] (2 executors, 1 core each),
 28-float rows (array<float>) plus a label:
@@ -53,7 +55,7 @@ def consume(args, ctx):
 
     started = time.perf_counter()
     n = 0
-    for batch in ctx.dataset(args["batch"]):
+    for batch in ctx.dataset(args["batch"], stream=args.get("stream", True)):
         # the eager tensor's static shape: counting rows with ops (tf.shape, a slice, int)
         # cost the consumer 0.3 s per million rows, as much as the dataset itself
         n += batch["features"].shape[0]
@@ -83,6 +85,34 @@ def warm_up(spark, rows: int = 100_000) -> None:
     df.unpersist()
 
 
+def ratios(sizes: list[int], repeats: int, executors: int) -> None:
+    """At each size: the ceiling and sparktf.run + ctx.dataset() with and without streaming,
+    ``repeats`` rounds alternating, medians; a fresh cache per size."""
+    import statistics
+
+    spark = common.session(f"local-cluster[{executors},1,2048]")
+    try:
+        warm_up(spark)
+        print(f"\nfeed, {executors} worker(s) on local-cluster[{executors},1,2048], rows/s, "
+              f"median of {repeats}")
+        print(f"  {'rows':>10}{'ceiling':>12}{'streamed':>12}{'spilled first':>15}"
+              f"{'streamed/ceiling':>18}{'spilled/ceiling':>17}")
+        for rows in sizes:
+            df = common.higgs_like(spark, rows, executors).cache()
+            assert df.count() == rows
+            got: dict[str, list] = {"ceiling": [], "stream": [], "spill": []}
+            for _ in range(repeats):
+                got["ceiling"].append(run_ceiling(df, rows))
+                got["stream"].append(run_sparktf(spark, df, rows, executors, True)[0])
+                got["spill"].append(run_sparktf(spark, df, rows, executors, False)[0])
+            c, st, sp = (statistics.median(got[k]) for k in ("ceiling", "stream", "spill"))
+            print(f"  {rows:>10,}{c:>12,.0f}{st:>12,.0f}{sp:>15,.0f}{st / c:>18.2f}"
+                  f"{sp / c:>17.2f}", flush=True)
+            df.unpersist()
+    finally:
+        spark.stop()
+
+
 def run_ceiling(df, rows):
     out, seconds = common.timed(lambda: df.mapInArrow(ceiling_task, "n long",
                                                       barrier=True).collect())
@@ -90,10 +120,11 @@ def run_ceiling(df, rows):
     return rows / seconds
 
 
-def run_sparktf(spark, df, rows):
+def run_sparktf(spark, df, rows, workers=2, stream=True):
     import sparktf
-    out, seconds = common.timed(sparktf.run, spark, consume, {"batch": BATCH // 2},
-                                numWorkers=2, df=df)
+    out, seconds = common.timed(sparktf.run, spark, consume,
+                                {"batch": BATCH // 2, "stream": stream},
+                                numWorkers=workers, df=df)
     assert sum(n for n, _ in out) == rows
     in_task = rows / max(s for _, s in out)
     return rows / seconds, in_task
@@ -166,7 +197,15 @@ def main() -> int:
     parser.add_argument("--fit-epochs", type=int, default=3)
     parser.add_argument("--only-fit", action="store_true",
                         help="measure only the fit against keras Model.fit")
+    parser.add_argument("--ratios", type=int, nargs="+", metavar="ROWS",
+                        help="only the ceiling against sparktf, streamed and spilled first, "
+                             "at these sizes")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--executors", type=int, default=2)
     args = parser.parse_args()
+    if args.ratios:
+        ratios(args.ratios, args.repeats, args.executors)
+        return 0
     if args.only_fit:
         spark = common.session()
         try:

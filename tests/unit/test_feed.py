@@ -196,3 +196,65 @@ def test_from_generator_tensors_reuse_freed_memory_instead_of_faulting_it_in():
     print(f"1M rows through ctx.dataset(): {without} page faults in {without_s} s with "
           f"TensorFlow's setting, {with_} in {with_s} s with keep_freed_memory")
     assert int(with_) * 4 < int(without)
+
+
+def test_a_reader_takes_each_batch_while_the_file_is_still_written(tmp_path):
+    """The writer holds its fourth batch back until the reader has taken two: a reader that
+    waited for the finished file would never get them."""
+    import queue
+    import threading
+
+    path = str(tmp_path / "shard.arrow")
+    ends: queue.Queue = queue.Queue()
+    took_two = threading.Event()
+    held_back_until_read = []
+
+    def batches():
+        for i in range(5):
+            if i == 3:
+                held_back_until_read.append(took_two.wait(30))
+            yield pa.RecordBatch.from_arrays([pa.array(np.full(1000, i, np.float32))],
+                                             names=["x"])
+
+    def write():
+        try:
+            feed.spill(batches(), path, ("x",), on_batch=ends.put)
+        finally:
+            ends.put(None)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    took = []
+    for batch in feed.stream_batches(path, iter(ends.get, None)):
+        took.append(batch.column(0).to_numpy()[0])
+        if len(took) == 2:
+            took_two.set()
+    writer.join()
+    assert held_back_until_read == [True]
+    assert took == [0, 1, 2, 3, 4]
+    whole = feed.Shard(path, ("x",), 5000)
+    assert [c["x"][0] for c in feed.read_chunks(whole)] == took  # a complete file, too
+
+
+def test_a_pending_share_tells_the_batch_ends_then_the_share():
+    import threading
+
+    from sparktf.runtime import arrival
+
+    pending = arrival.Pending("/nowhere/shard.arrow", ("x",))
+    ends = pending.ends()
+    pending.add_end(100)
+    assert next(ends) == 100 and not pending.settled
+    got = []
+    reader = threading.Thread(target=lambda: got.extend(ends))
+    reader.start()
+    pending.add_end(200)
+    pending.settle(arrival.Share(numRows=7, allNumRows=(7, 3)))
+    reader.join(10)
+    assert got == [200] and pending.share().allNumRows == (7, 3)
+    # the share travels as JSON; a share that never comes fails whoever waits
+    assert arrival.Share.from_json(pending.share().as_json()) == pending.share()
+    lost = arrival.Pending("/nowhere/shard.arrow", ("x",))
+    lost.fail("the task ended")
+    with pytest.raises(RuntimeError, match="rows never arrived: the task ended"):
+        lost.share()

@@ -192,6 +192,28 @@ def test_event_channel_gathers_every_tasks_message_in_rank_order():
             assert replies == [{"values": ["from 0", "from 1"]}]
 
 
+def test_the_tasks_second_exchange_is_its_own_round():
+    """Addresses first (round 0), rows once they are in (round 1): a task already in round
+    1 does not answer, nor take the values of, one still in round 0."""
+    with EventServer("127.0.0.1", lambda e: None, num_tasks=2) as server:
+        with EventClient(server.address, server.secret, rank=0) as a, \
+                EventClient(server.address, server.secret, rank=1) as b:
+            replies = []
+            thread = _gather_in_thread(b, "address 1", replies)
+            assert a.request({"kind": "gather", "value": "address 0"}) == {
+                "values": ["address 0", "address 1"]}
+            thread.join(10)
+            rows = threading.Thread(target=lambda: replies.append(
+                a.request({"kind": "gather", "value": "rows 0", "round": 1})))
+            rows.start()
+            rows.join(0.3)
+            assert len(replies) == 1  # rank 0's rows wait for rank 1's
+            assert b.request({"kind": "gather", "value": "rows 1", "round": 1}) == {
+                "values": ["rows 0", "rows 1"]}
+            rows.join(10)
+            assert replies[1] == {"values": ["rows 0", "rows 1"]}
+
+
 def test_a_gather_falls_back_to_spark_for_all_when_a_task_never_connects(monkeypatch):
     monkeypatch.setattr("sparktf._protocol.server.GATHER_GRACE_S", 0.5)
     with EventServer("127.0.0.1", lambda e: None, num_tasks=3) as server:
