@@ -1,6 +1,7 @@
 """Inference throughput: an MLP 28-256-256-1 SavedModel over a cached DataFrame.
 
     .venv/bin/python bench/inference_bench.py [--rows 2000000] [--tfos-rows 200000]
+        [--model mlp|text] [--warm-rounds 5] [--only sparktf pbu floor]
 
 Side by side in one run, each Spark method in a fresh local-cluster[2,1,2048]
 session (2 executors, 1 core each), cold (first job: workers start, load the
@@ -46,12 +47,52 @@ def export_mlp(path: str) -> None:
     tf.saved_model.save(module, path, signatures={"serving_default": fn})
 
 
-def single_process(path: str, rows: int) -> float:
+VOCABULARY = [f"w{i}" for i in range(999)]
+
+
+def export_text(path: str) -> None:
+    """A text model: sentences -> TextVectorization (whitespace tokens, 999 words, 16 ids)
+    -> Embedding -> average -> Dense, served on a string input named ``features``."""
+    import keras
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(0)
+    vectorize = keras.layers.TextVectorization(vocabulary=VOCABULARY,
+                                               output_sequence_length=16)
+    inputs = keras.Input((1,), dtype="string", name="features")
+    h = keras.layers.Embedding(len(VOCABULARY) + 2, 16, mask_zero=True)(vectorize(inputs))
+    model = keras.Model(inputs, keras.layers.Dense(1, name="score")(
+        keras.layers.GlobalAveragePooling1D()(h)))
+    fn = tf.function(lambda x: {"score": model(tf.expand_dims(x, -1))},
+                     input_signature=[tf.TensorSpec([None], tf.string, name="features")])
+    module = tf.Module()
+    module.model = model
+    module.serve = fn
+    tf.saved_model.save(module, path, signatures={"serving_default": fn})
+
+
+def text_rows(spark, rows: int):
+    """``features``: sentences of 3 to 22 words of the model's vocabulary."""
+    return spark.range(0, rows, 1, 2).selectExpr(
+        "concat_ws(' ', transform(sequence(1, 3 + cast(id % 20 as int)), "
+        "i -> concat('w', cast((id * 7 + i * 13) % 999 as string)))) as features")
+
+
+def local_rows(rows: int):
+    """The same rows as the Spark frames of ``MODEL``, in one process."""
     import numpy as np
+
+    if MODEL == "text":
+        return np.array([" ".join(f"w{(i * 7 + j * 13) % 999}" for j in range(1, 4 + i % 20))
+                         for i in range(rows)], dtype=object)
+    return np.random.default_rng(0).normal(size=(rows, 28)).astype("float32")
+
+
+def single_process(path: str, rows: int) -> float:
     import tensorflow as tf
 
     fn = tf.saved_model.load(path).signatures["serving_default"]
-    X = np.random.default_rng(0).normal(size=(rows, 28)).astype("float32")
+    X = local_rows(rows)
     fn(features=tf.constant(X[:BATCH]))  # warm
 
     def score():
@@ -62,6 +103,7 @@ def single_process(path: str, rows: int) -> float:
 
 
 WARM_ROUNDS = 1  # --warm-rounds: the warm rate is the median of this many rounds
+MODEL = "mlp"  # --model
 
 
 def _with_session(rows, make_scored, column):
@@ -70,7 +112,8 @@ def _with_session(rows, make_scored, column):
 
     spark = common.session()
     try:
-        df = common.higgs_like(spark, rows).select("features").cache()
+        df = (text_rows(spark, rows) if MODEL == "text" else
+              common.higgs_like(spark, rows).select("features")).cache()
         assert df.count() == rows
         scored = make_scored(spark, df)
         value = F.col(column)
@@ -111,7 +154,7 @@ def pbu_rates(path, rows):
         return predict
 
     udf = predict_batch_udf(make_predict_fn, return_type=FloatType(), batch_size=BATCH,
-                            input_tensor_shapes=[[28]])
+                            input_tensor_shapes=None if MODEL == "text" else [[28]])
     return _with_session(rows, lambda spark, df: df.withColumn("score", udf("features")),
                          "score")
 
@@ -146,15 +189,18 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--tfos-rows", type=int, default=200_000)
+    parser.add_argument("--model", choices=["mlp", "text"], default="mlp",
+                        help="mlp: 28 floats -> 256 -> 256 -> 1; text: sentences through "
+                             "TextVectorization, Embedding, Dense")
     parser.add_argument("--warm-rounds", type=int, default=1,
                         help="warm rounds per method (the median is reported)")
     parser.add_argument("--only", nargs="+", choices=["sparktf", "pbu", "tfos", "floor"],
                         help="measure only these Spark methods")
     args = parser.parse_args()
-    global WARM_ROUNDS
-    WARM_ROUNDS = args.warm_rounds
-    path = os.path.join(tempfile.mkdtemp(prefix="sparktf-bench-"), "mlp")
-    export_mlp(path)
+    global WARM_ROUNDS, MODEL
+    WARM_ROUNDS, MODEL = args.warm_rounds, args.model
+    path = os.path.join(tempfile.mkdtemp(prefix="sparktf-bench-"), MODEL)
+    (export_text if MODEL == "text" else export_mlp)(path)
     single = single_process(path, args.rows)
     only = set(args.only or ["sparktf", "pbu", "tfos", "floor"])
     if not args.tfos_rows:
@@ -166,7 +212,8 @@ def main() -> int:
     floor = floor_rates(args.rows) if "floor" in only else skipped
     bound = 1.0 / (1.0 / floor[1] + 1.0 / single)
 
-    print(f"\ninference, MLP 28-256-256-1 SavedModel, {args.rows:,} rows "
+    what = "text model (TextVectorization)" if MODEL == "text" else "MLP 28-256-256-1"
+    print(f"\ninference, {what} SavedModel, {args.rows:,} rows "
           f"(TensorFlowOnSpark on {args.tfos_rows:,}), rows/s")
     print(f"  {'':34}{'cold':>12}{'warm':>12}")
     print(f"  {'single process, 4096-row batches':34}{'':>12}{single:12,.0f}")
