@@ -55,7 +55,7 @@ def consume(args, ctx):
 
     started = time.perf_counter()
     n = 0
-    for batch in ctx.dataset(args["batch"], stream=args.get("stream", True)):
+    for batch in ctx.dataset(args["batch"], stream=args.get("stream", False)):
         # the eager tensor's static shape: counting rows with ops (tf.shape, a slice, int)
         # cost the consumer 0.3 s per million rows, as much as the dataset itself
         n += batch["features"].shape[0]
@@ -75,13 +75,13 @@ def tfos_map_fun(args, ctx):
         np.asarray([row[0] for row in batch], dtype=np.float32)
 
 
-def warm_up(spark, rows: int = 100_000) -> None:
+def warm_up(spark, rows: int = 100_000, workers: int = 2) -> None:
     """One small job of each path first: the Python workers (and sparktf's spares) start
     outside the measured runs."""
-    df = common.higgs_like(spark, rows).cache()
+    df = common.higgs_like(spark, rows, workers).cache()
     df.count()
     run_ceiling(df, rows)
-    run_sparktf(spark, df, rows)
+    run_sparktf(spark, df, rows, workers)
     df.unpersist()
 
 
@@ -92,7 +92,7 @@ def ratios(sizes: list[int], repeats: int, executors: int) -> None:
 
     spark = common.session(f"local-cluster[{executors},1,2048]")
     try:
-        warm_up(spark)
+        warm_up(spark, workers=executors)
         print(f"\nfeed, {executors} worker(s) on local-cluster[{executors},1,2048], rows/s, "
               f"median of {repeats}")
         print(f"  {'rows':>10}{'ceiling':>12}{'streamed':>12}{'spilled first':>15}"
@@ -120,7 +120,7 @@ def run_ceiling(df, rows):
     return rows / seconds
 
 
-def run_sparktf(spark, df, rows, workers=2, stream=True):
+def run_sparktf(spark, df, rows, workers=2, stream=False):
     import sparktf
     out, seconds = common.timed(sparktf.run, spark, consume,
                                 {"batch": BATCH // 2, "stream": stream},

@@ -85,8 +85,10 @@ def main() -> int:
               f"{'machine':>10}")
         for _ in range(args.rounds):
             measured("ceiling", lambda: feed_bench.run_ceiling(df, args.rows))
-            measured("sparktf.run + ctx.dataset()",
-                     lambda: feed_bench.run_sparktf(spark, df, args.rows))
+            measured("sparktf, streamed",
+                     lambda: feed_bench.run_sparktf(spark, df, args.rows, stream=True))
+            measured("sparktf, spilled first",
+                     lambda: feed_bench.run_sparktf(spark, df, args.rows, stream=False))
     finally:
         spark.stop()
     return 0

@@ -109,7 +109,7 @@ class TaskContext:
         return self.jobName == "worker" and self.taskIndex == 0
 
     def dataset(self, batch_size: int, shuffle: bool = False, seed: int | None = None,
-                columns: Sequence[str] | None = None, stream: bool = True):
+                columns: Sequence[str] | None = None, stream: bool = False):
         """This task's share of the input DataFrame as a ``tf.data.Dataset`` of dicts.
 
         Each element maps a column name to a batch of ``batch_size`` rows (the last one
@@ -119,13 +119,16 @@ class TaskContext:
         ``[batch, width]``, and arrays whose length varies as a ``tf.RaggedTensor``.
         Rows come from a local Arrow file read one record batch at a time, so the dataset
         can be iterated once per epoch with bounded memory. With ``shuffle``, chunk order
-        and rows within chunks change every pass.
+        and rows within chunks change every pass. The first element comes once every
+        task's rows are in (their shapes decide the tensors').
 
-        ``stream``: while the rows are still arriving, the first pass reads each record
-        batch as soon as it is in, when this task's first rows are numbers of one shape
-        (and ``shuffle`` is off); later passes read the finished file. Rows of another
-        shape later (here or on another task) then fail the pass with a ``FeedError``:
-        pass ``stream=False`` to wait for every row and take the shapes from all of them.
+        ``stream=True``: while the rows are still arriving, the first pass reads each
+        record batch as soon as it is in, when this task's first rows are numbers of one
+        shape (and ``shuffle`` is off); later passes read the finished file. Rows of
+        another shape later (here or on another task) then fail the pass with a
+        ``FeedError`` naming the column. Off by default: on a machine whose cores are
+        all busy with the transfer, reading while it runs made it slower, not faster
+        (``bench/feed_cpu_bench.py``); it pays where the task has cores to spare.
         """
         import tensorflow as tf
 
