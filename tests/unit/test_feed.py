@@ -196,7 +196,7 @@ def test_from_generator_tensors_reuse_freed_memory_instead_of_faulting_it_in():
     without, with_, without_s, with_s = out.stdout.split()
     print(f"1M rows through ctx.dataset(): {without} page faults in {without_s} s with "
           f"TensorFlow's setting, {with_} in {with_s} s with keep_freed_memory")
-    assert int(with_) * 2 < int(without)  # 4-6x fewer on this machine
+    assert int(with_) * 4 < int(without)  # 11-25x fewer after the warm pass here
 
 
 def test_a_reader_takes_each_batch_while_the_file_is_still_written(tmp_path):
