@@ -68,32 +68,17 @@ class TaskContext:
         share = self.share
         return share.share() if isinstance(share, arrival.Pending) else share
 
-    @property
-    def numRows(self) -> int:
-        """Rows of the input DataFrame this task received (waits until they are in)."""
-        return self._rows().numRows
+    def _row_field(name: str, doc: str | None = None):  # noqa: N805 (a class-body helper)
+        """A property of the rows' ``Share`` (waits until every task's rows are in)."""
+        return property(lambda self: getattr(self._rows(), name), doc=doc)
 
-    @property
-    def allNumRows(self) -> tuple:
-        """``numRows`` of every task, by rank (waits until every task's rows are in)."""
-        return self._rows().allNumRows
-
-    @property
-    def shard(self) -> feed.Shard | None:
-        return self._rows().shard
-
-    @property
-    def validationShard(self) -> feed.Shard | None:
-        return self._rows().validationShard
-
-    @property
-    def allValidationRows(self) -> tuple:
-        return self._rows().allValidationRows
-
-    @property
-    def feedSpec(self) -> dict:
-        """Column -> ``ColumnInfo`` over every task's rows (waits until they are in)."""
-        return self._rows().feedSpec
+    numRows = _row_field("numRows", "Rows of the input DataFrame this task received.")
+    allNumRows = _row_field("allNumRows", "``numRows`` of every task, by rank.")
+    shard = _row_field("shard")
+    validationShard = _row_field("validationShard")
+    allValidationRows = _row_field("allValidationRows")
+    feedSpec = _row_field("feedSpec", "Column -> ``ColumnInfo`` over every task's rows.")
+    del _row_field
 
     @property
     def tfConfig(self) -> dict:

@@ -40,7 +40,7 @@ def keep_freed_memory() -> None:
     time one runs, which also turns off glibc's growing mmap threshold: from then on every
     tensor of more than 128 KB is a fresh ``mmap``, page-faulted in and unmapped again, and
     a 10,000-row chunk of 28 floats cost 1.6-2.1 ms to go through ``from_generator``
-    instead of 0.45 ms (3M rows through ``ctx.dataset()``: 1.1-1.3 s, then 0.5 s). Memory
+    instead of 0.45 ms (3M rows through ``ctx.dataset()``: 1.0-1.3 s, then 0.6-0.7 s). Memory
     stays bounded: at most 32 MB of freed buffers are kept for reuse.
     """
     try:

@@ -1,12 +1,13 @@
 """One barrier task: receive the partition, form the cluster, run ``main_fn`` in a child.
 
 The orchestrator reads top to bottom: ask for the task's process (``task_process``;
-forked from a spare, or importing TensorFlow while the data streams in), spill the
-partition to local disk, choose
-a port, exchange addresses and row counts (through the driver's channel, else
-Spark's ``allGather``), derive roles and TF_CONFIG, hand
-the child its payload, relay its output to the driver, release it after a
-barrier, and return its pickled result. Every wait is the barrier channel or a
+forked from a spare, or importing TensorFlow while the data streams in), start the
+intake (a thread spilling the partition to local disk), choose a port, exchange
+addresses (through the driver's channel, else Spark's ``allGather``), derive roles
+and TF_CONFIG, hand the child its payload with its rows still arriving
+(``arrival``), exchange row counts and column shapes once the partition is in and
+tell the child, relay its output to the driver, release it after a barrier, and
+return its pickled result. Every wait is the barrier channel, a thread's join or a
 blocking read of the child's output; the child dies with this process.
 
 A failure (bad rows, the child's exception, a process that died) is reported on the
