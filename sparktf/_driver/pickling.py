@@ -2,13 +2,29 @@
 
 A function defined in a script's or notebook's neighbouring module is pickled by
 reference by default and then fails to import on the executors; modules that
-are the user's own (not installed packages) are pickled by value instead, and so
-are the user's own modules those reach (a helper module the script's module imports).
+are the user's own are pickled by value instead, and so are the user's own modules
+those reach (a helper module the script's module imports).
+
+A module the executors can import goes by reference: shipping a library by value
+would copy its module state, and fails on the first global that cannot be pickled
+(a module-level lock). ``ImportRoots`` tells the two apart by where a module was
+imported from (the ``sys.path`` entry holding its top-level package). Installed:
+sysconfig's and site's folders, any ``site-packages`` or ``dist-packages`` folder
+(a user-site install, Debian's), a zip or egg (a ``--py-files`` zip), Spark's
+``userFiles-*`` folder (``addPyFile``), an absolute ``PYTHONPATH`` entry (the
+executors of a local master inherit it; a cluster sets it on its executors too),
+and a folder holding the package's distribution metadata (``pip install
+--target``). Anything else is the user's own: the script's or notebook's folder,
+the working directory, a folder the script put on ``sys.path``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
+import inspect
+import os
+import site
 import sys
 import sysconfig
 import types
@@ -17,6 +33,9 @@ from typing import Any, Sequence
 import cloudpickle
 
 from sparktf.errors import InvalidInputError
+
+INSTALLED_FOLDERS = ("site-packages", "dist-packages")
+SPARK_FILES_PREFIX = "userFiles-"  # SparkFiles' root, where addPyFile and --py-files land
 
 
 def pickle_main(main_fn, args, also: Sequence[Any] = ()) -> bytes:
@@ -38,23 +57,80 @@ def pickle_main(main_fn, args, also: Sequence[Any] = ()) -> bytes:
             "sockets out of the closure and create them inside main_fn.") from e
 
 
-def _installed_roots() -> tuple[str, ...]:
-    paths = sysconfig.get_paths()
-    return tuple({paths["purelib"], paths["platlib"], paths["stdlib"]})
+class ImportRoots:
+    """Where the executors can import modules from, as seen from the driver; made once
+    per pickling, as ``PYTHONPATH`` and the installation stand then."""
+
+    def __init__(self):
+        paths = sysconfig.get_paths()
+        folders = [paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")]
+        folders += [*site.getsitepackages(), site.getusersitepackages()]
+        # a relative entry names another folder in an executor's working directory
+        folders += [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                    if os.path.isabs(p)]
+        self.folders = tuple({g for f in folders if f
+                              for g in (os.path.abspath(f), os.path.realpath(f))})
+        self._decided: dict[str, bool] = {}
+
+    def holds(self, module: types.ModuleType) -> bool:
+        """Whether the executors can import ``module`` by name (it need not travel by value)."""
+        name = module.__name__
+        if name not in self._decided:
+            root = _import_root(module)
+            self._decided[name] = (self._installed(root)
+                                   or self._installed(os.path.realpath(root))  # a symlink
+                                   or name.partition(".")[0] in _distributed_from(root))
+        return self._decided[name]
+
+    def _installed(self, root: str) -> bool:
+        """Whether ``root``, a ``sys.path`` entry, is one the executors have too."""
+        return (os.path.isfile(root)  # a zip or egg on sys.path
+                or root.endswith(".egg")
+                or any(part in INSTALLED_FOLDERS or part.startswith(SPARK_FILES_PREFIX)
+                       for part in root.split(os.sep))
+                or any(root == f or root.startswith(f.rstrip(os.sep) + os.sep)
+                       for f in self.folders))
 
 
-def own_module(obj):
+def _import_root(module: types.ModuleType) -> str:
+    """The ``sys.path`` entry ``module`` was imported from: the folder (or zip) holding its
+    top-level package."""
+    root = os.path.abspath(module.__file__)
+    # a package's file is its __init__, one level further down than its name says
+    levels = module.__name__.count(".") + 1 + (getattr(module, "__path__", None) is not None)
+    for _ in range(levels):
+        root = os.path.dirname(root)
+    return root
+
+
+def _distributed_from(root: str) -> set[str]:
+    """The top-level names of the distributions whose metadata sits in ``root`` (what
+    ``pip install --target root`` leaves beside the packages), read as
+    ``importlib.metadata.packages_distributions`` reads them."""
+    names = set()
+    for dist in importlib.metadata.distributions(path=[root]):
+        declared = dist.read_text("top_level.txt")
+        if declared is not None:
+            names.update(declared.split())
+            continue
+        for file in dist.files or ():
+            names.add(file.parts[0] if len(file.parts) > 1
+                      else inspect.getmodulename(file.name) or file.name)
+    return {n for n in names if "." not in n}
+
+
+def own_module(obj, roots: ImportRoots | None = None):
     """The module defining ``obj`` (or its class), or ``obj`` itself if it is a module, if
-    that module is the user's own, else None."""
+    that module is the user's own and the executors cannot import it, else None."""
     if isinstance(obj, types.ModuleType):
         module = obj
     else:
         name = getattr(obj, "__module__", None) or type(obj).__module__
         module = sys.modules.get(name if isinstance(name, str) else "")
-    path = getattr(module, "__file__", None)
-    if (module is None or path is None or module.__name__ == "__main__"
+    if (module is None or getattr(module, "__file__", None) is None
+            or module.__name__ == "__main__"
             or module.__name__.startswith(("sparktf", "pyspark"))
-            or path.startswith(_installed_roots())):
+            or (roots or ImportRoots()).holds(module)):
         return None
     return module
 
@@ -66,7 +142,9 @@ def by_value(objects: Sequence[Any]):
     A function from a script's or notebook's neighbouring module would otherwise be
     pickled by reference and fail to import on the executors.
     """
-    modules = _reached({m.__name__: m for m in map(own_module, objects) if m is not None})
+    roots = ImportRoots()
+    modules = _reached({m.__name__: m for m in (own_module(o, roots) for o in objects)
+                        if m is not None}, roots)
     for module in modules.values():
         cloudpickle.register_pickle_by_value(module)
     try:
@@ -76,7 +154,7 @@ def by_value(objects: Sequence[Any]):
             cloudpickle.unregister_pickle_by_value(module)
 
 
-def _reached(modules: dict) -> dict:
+def _reached(modules: dict, roots: ImportRoots) -> dict:
     """``modules`` and the user's own modules their globals name, transitively: a helper
     module that a script's module imports (``from helpers import f``) does not import on
     the executors either."""
@@ -84,7 +162,7 @@ def _reached(modules: dict) -> dict:
     while pending:
         for value in list(vars(pending.pop()).values()):
             try:
-                module = own_module(value)
+                module = own_module(value, roots)
             except Exception:  # noqa: BLE001 - an odd global (a proxy) is not a module
                 continue
             if module is not None and module.__name__ not in modules:
