@@ -22,7 +22,7 @@ from sparktf._driver import events, failures, launch, pickling, sessions
 from sparktf._driver import schema as schema_checks
 from sparktf._driver.resources import TaskResources
 from sparktf.errors import InvalidInputError, SparkTFError
-from sparktf.ml import parquet_copy
+from sparktf.ml import parquet_copy, scratch
 from sparktf.ml.model import TFModel
 from sparktf.ml.params import _TFEstimatorParams, add_setters, without_none
 from sparktf.ml.persistence import TFEstimatorReader, TFEstimatorWriter
@@ -108,6 +108,7 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
         """An ``MLReader`` for estimators saved with ``write()``."""
         return TFEstimatorReader(cls)
 
+    @scratch.removes_its_folder_on_failure
     def _fit(self, dataset: DataFrame) -> TFModel:
         events.log_phase(None, "fit called")
         features = self._feature_columns(dataset.schema)
@@ -261,7 +262,7 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                 "Set modelDir to a location the driver and every executor can reach "
                 "(hdfs://, s3a://, a shared mount) on a cluster master. "
                 f"Received: modelDir unset with master={master!r}")
-        return tempfile.mkdtemp(prefix="sparktf-model-")
+        return scratch.model_folder()
 
     def _train_spec(self, model_dir: str, features: list[str], schema) -> training.TrainSpec:
         return training.TrainSpec(
