@@ -225,7 +225,12 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
 
     def _row_checks(self, columns: list[str]) -> RowChecks:
         """The checks the tasks make of the rows they receive (nulls, labels, weights)."""
-        return RowChecks(tuple(columns), tuple(self.labelColumns()), self.getWeightColOrNone())
+        held_out_by = (f"validationCol={self.getValidationCol()!r}"
+                       if self.isSet(self.validationCol) else
+                       f"validationFraction={self.getValidationFraction()}"
+                       if self.getValidationFraction() > 0 else None)
+        return RowChecks(tuple(columns), tuple(self.labelColumns()), self.getWeightColOrNone(),
+                         held_out_by)
 
     def _holds_out_rows(self) -> bool:
         """Whether some rows are held out for validation (validationCol or a fraction)."""

@@ -324,3 +324,12 @@ def empty_values(info: ColumnInfo):
     values = np.zeros((0, *(d if d is not None else info.longest for d in info.shape)),
                       dtype=dtype)
     return Padded(values, np.zeros(0, np.int64)) if info.varies else values
+
+
+def zero_row(empty):
+    """One row of zeros ("" for text) shaped as ``empty``, zero rows of a column."""
+    if isinstance(empty, Padded):
+        return Padded(zero_row(empty.values), np.zeros(1, np.int64))
+    if empty.dtype == object:
+        return np.full((1, *empty.shape[1:]), "", dtype=object)
+    return np.zeros((1, *empty.shape[1:]), empty.dtype)

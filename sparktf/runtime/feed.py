@@ -212,35 +212,72 @@ def _column_view(arr: pa.Array, name: str):
 def step_rows(all_rows: Sequence[int], global_batch: int) -> np.ndarray:
     """Rows each worker feeds at each step of an epoch: an int array [workers, steps].
 
-    Steps are ``ceil(total / global_batch)``, the number Keras's ``fit`` takes. After
-    step k a worker with n of the N rows has used ``round(k * global_batch * n / N)``
-    (at most n): one worker gets Keras's own batches (full ones, then the rest), and
-    several workers share each step's global batch in proportion to their rows, so
-    all of them run the same number of steps and use every row once.
+    The step plan. Every step but the last takes exactly ``global_batch`` rows over all
+    workers, the last one the rest: Keras's own batches, ``ceil(total / global_batch)``
+    of them. Which worker gives which of a step's rows comes from one fixed order of all
+    the epoch's rows: worker w's i-th row (in its shard's order, or its shuffled order)
+    has the place ``(i + 1/2) / rows_w`` (ties: the lower rank first), and step k takes
+    the rows at positions ``k * global_batch`` .. ``(k + 1) * global_batch - 1`` of that
+    order. So the workers share every step in proportion to their rows, each one uses
+    its rows once and in order, and one worker gets exactly Keras's batches. A worker
+    can have no row in a step (a small or empty shard, a last step of fewer rows than
+    workers): the step counts for nothing there (``KerasSteps``).
+
+    The counts after each step are Sainte-Lague (Webster) apportionments of the rows
+    used so far, which never decrease from one step to the next.
     """
     rows = np.asarray(all_rows, dtype=np.int64)
     total = int(rows.sum())
     steps = max(1, -(-total // global_batch))
-    k = np.arange(steps + 1, dtype=np.int64)[None, :]
-    used = (2 * k * global_batch * rows[:, None] + total) // max(2 * total, 1)
-    return np.diff(np.minimum(used, rows[:, None]), axis=1)
+    seats = np.minimum(np.arange(steps + 1, dtype=np.int64) * global_batch, total)
+    return np.diff(_apportion(rows, seats), axis=1)
+
+
+def _apportion(rows: np.ndarray, seats: np.ndarray) -> np.ndarray:
+    """[workers, len(seats)]: how many of each worker's rows are among the first ``seats``
+    of the step plan's order: every row whose place ``(i + 1/2) / rows_w`` is at most
+    ``seats / total`` (the rounded quota), then places added or removed at the boundary,
+    ties by rank (at most one per worker, so at most ``workers`` rounds)."""
+    total = max(int(rows.sum()), 1)
+    rows = rows[:, None]
+    used = (2 * seats[None, :] * rows + total) // (2 * total)
+    safe = np.maximum(rows, 1)
+    last_first = np.arange(len(rows))[::-1]
+    for _ in range(len(rows)):
+        gap = seats - used.sum(axis=0)
+        if not gap.any():
+            break
+        # the next places, lowest first (full workers have none); argmin: the lower rank
+        nxt = np.where(used < rows, (2 * used + 1) / (2 * safe), np.inf)
+        add = gap > 0
+        used[np.argmin(nxt[:, add], axis=0), np.flatnonzero(add)] += 1
+        # the last places taken, highest first; of equal ones the higher rank's
+        last = np.where(used > 0, (2 * used - 1) / (2 * safe), -np.inf)
+        drop = gap < 0
+        used[last_first[np.argmax(last[::-1][:, drop], axis=0)], np.flatnonzero(drop)] -= 1
+    return used
 
 
 def step_batches(shard: Shard, sizes: Sequence[int], columns: Sequence[str] | None = None,
-                 seed: int | None = None, infos: dict | None = None) -> Iterator[dict]:
+                 seed: int | None = None, infos: dict | None = None,
+                 stand_in: bool = False) -> Iterator[dict]:
     """Batches of the given ``sizes`` that together hold every row of the shard once.
 
     ``sizes`` come from ``step_rows``: every worker runs the same number of steps
     whatever its share of the data, a small shard giving small (even empty) batches.
     With a ``seed`` the chunk order and the rows within each chunk are shuffled.
     ``infos`` (column -> ``ColumnInfo`` over every task: ``ctx.feedSpec``) shape the
-    empty batches of a worker whose rows have run out.
+    empty batches of a worker whose rows have run out. With ``stand_in``, a step of no
+    rows gets a one-row batch instead (the shard's first row, else zeros: see
+    ``stand_in_batch``), which the step must count for nothing.
     """
     chunks = shuffled_chunks(shard, columns, seed)
     pending: list[dict] = []
     held = 0
     names = list(columns or shard.columns)
-    empty = empty_batch(names, infos or dict(zip(shard.columns, shard.infos)))
+    infos = infos or dict(zip(shard.columns, shard.infos))
+    empty = (stand_in_batch(shard, names, infos) if stand_in and 0 in sizes
+             else empty_batch(names, infos))
     for size in sizes:
         if size == 0:
             yield empty
@@ -251,6 +288,18 @@ def step_batches(shard: Shard, sizes: Sequence[int], columns: Sequence[str] | No
             held += len(chunk[names[0]])
         batch, pending, held = _take(pending, size, names, held)
         yield batch
+
+
+def stand_in_batch(shard: Shard, names: Sequence[str], infos: dict) -> dict:
+    """One row for a step in which this worker has none: its shard's first row, or (an
+    empty shard) a row of zeros and empty strings. Every worker must run the same step
+    (its collectives), and a model never sees an empty batch under Keras's ``fit``:
+    Keras reduces a loss over zero rows to an unreduced ``(0,)`` tensor, and batch
+    statistics over zero rows are NaN."""
+    if shard.num_rows:
+        first = next(read_chunks(shard, names))
+        return {n: first[n][:1] for n in names}
+    return {n: kinds.zero_row(v) for n, v in empty_batch(names, infos).items()}
 
 
 def _take(pending, size, names, held):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable, Iterator
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -27,6 +28,9 @@ class RowChecks:
     columns: tuple[str, ...]
     labels: tuple[str, ...] = ()
     weight: str | None = None
+    # how rows are held out for validation, as the user set it (``validationCol='v'``),
+    # or None: then neither side may be empty
+    held_out_by: str | None = None
 
     def counter(self) -> "Counts":
         return Counts(self)
@@ -63,7 +67,12 @@ class Counts:
 
 
 def _count(values: pa.Array, negative: bool) -> int:
-    """Non-null values that are NaN or infinite (and, with ``negative``, below 0)."""
+    """Non-null values that are NaN or infinite (and, with ``negative``, below 0); for an
+    array column (labels), the rows holding such a value anywhere inside."""
+    if isinstance(values, pa.ChunkedArray):
+        return sum(_count(chunk, negative) for chunk in values.chunks)
+    if _is_list(values.type):
+        return _count_rows_inside(values)
     bad = None
     if pa.types.is_floating(values.type):
         bad = pc.invert(pc.is_finite(values))
@@ -75,11 +84,42 @@ def _count(values: pa.Array, negative: bool) -> int:
     return int(pc.sum(pc.fill_null(bad, False).cast(pa.int64())).as_py() or 0)
 
 
-def problem(checks: RowChecks, counts: list[dict]) -> str | None:
-    """The first problem over every task's counts, as the message for the user."""
+def _is_list(t: pa.DataType) -> bool:
+    return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+
+
+def _count_rows_inside(values: pa.Array) -> int:
+    """Rows of a (nested) list array with a NaN or infinite number inside."""
+    leaf, parents = values, []
+    while _is_list(leaf.type):
+        parents.append(leaf.value_parent_indices() if not pa.types.is_fixed_size_list(leaf.type)
+                       else _fixed_parents(leaf))
+        leaf = leaf.flatten()
+    if not pa.types.is_floating(leaf.type) or not len(leaf):
+        return 0
+    bad = pc.invert(pc.fill_null(pc.is_finite(leaf), True))
+    where = pc.indices_nonzero(bad)
+    for parent in reversed(parents):  # the top-level row of each bad leaf
+        where = pc.take(parent, where)
+    return len(pc.unique(where))
+
+
+def _fixed_parents(values: pa.Array) -> pa.Array:
+    return pa.array(np.repeat(np.arange(len(values)), values.type.list_size))
+
+
+def problem(checks: RowChecks, counts: list[dict], training_rows: int | None = None,
+            validation_rows: int = 0) -> str | None:
+    """The first problem over every task's counts, as the message for the user.
+    ``training_rows`` and ``validation_rows``: the totals of the two sides (rows held out
+    for validation, the others)."""
     rows = sum(c["rows"] for c in counts)
     if rows == 0:
         return "The DataFrame given to fit has no rows. Check the filters that produced it."
+    if training_rows is not None:
+        side = _empty_side(checks, rows, training_rows, validation_rows)
+        if side:
+            return side
     for column in checks.columns:
         nulls = sum(c["nulls"][column] for c in counts)
         if nulls:
@@ -95,4 +135,19 @@ def problem(checks: RowChecks, counts: list[dict]) -> str | None:
         return (f"The weight column '{checks.weight}' has {bad_weights} negative, NaN or "
                 "infinite value(s); weights must be finite numbers >= 0. Fix or drop those "
                 "rows.")
+    return None
+
+
+def _empty_side(checks: RowChecks, rows: int, training_rows: int,
+                validation_rows: int) -> str | None:
+    """Keras's refusal of an empty training or validation split, in sparktf's words."""
+    how = checks.held_out_by or "the validation split"
+    if training_rows == 0:
+        return (f"No rows are left to train on: {how} holds out all {rows} rows of the "
+                "DataFrame for validation. Hold out fewer rows (flag fewer rows, or a "
+                "smaller validationFraction).")
+    if checks.held_out_by and validation_rows == 0:
+        return (f"No rows are held out for validation: {how} selects none of the "
+                f"{rows} rows. Flag some rows, raise validationFraction, or unset it to "
+                "train without validation.")
     return None

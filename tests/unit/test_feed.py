@@ -3,6 +3,8 @@
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sparktf.runtime import columns, feed
 
@@ -131,8 +133,46 @@ def test_workers_share_each_step_in_proportion_and_use_every_row_once(all_rows, 
     used = np.cumsum(plan, axis=1)  # never more than a row from its proportional share
     ideal = np.minimum(np.arange(1, plan.shape[1] + 1)[None, :] * batch, total) * \
         np.asarray(all_rows)[:, None] / total
-    assert np.abs(used - ideal).max() <= 0.5 + 1e-9
-    assert (plan.sum(axis=0)[:-1] >= batch - len(all_rows)).all()  # about batch rows a step
+    assert np.abs(used - ideal).max() <= 1 + 1e-9
+    steps = plan.sum(axis=0)  # Keras's batches: full ones, then the rest
+    assert steps[:-1].tolist() == [batch] * (len(steps) - 1)
+    assert steps[-1] == total - batch * (len(steps) - 1)
+
+
+def _plan_by_sorting(all_rows, batch):
+    """The step plan as README documents it: every row's place (i + 1/2) / rows_w, ties by
+    rank, the sorted order cut into batches of ``batch`` rows."""
+    places = sorted(((2 * i + 1) / (2 * rows), rank) for rank, rows in enumerate(all_rows)
+                    for i in range(rows))
+    plan = np.zeros((len(all_rows), max(1, -(-len(places) // batch))), np.int64)
+    for position, (_, rank) in enumerate(places):
+        plan[rank, position // batch] += 1
+    return plan
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 60), min_size=1, max_size=5), st.integers(1, 70))
+def test_the_step_plan_is_the_documented_order_cut_into_global_batches(all_rows, batch):
+    if not sum(all_rows):
+        return
+    np.testing.assert_array_equal(feed.step_rows(all_rows, batch),
+                                  _plan_by_sorting(all_rows, batch))
+
+
+def test_no_step_of_the_plan_is_empty_over_all_workers():
+    """Two workers of one row each at batch 1: Keras takes two steps of one row."""
+    assert feed.step_rows([1, 1], 1).tolist() == [[1, 0], [0, 1]]
+
+
+def test_a_step_without_rows_gets_a_stand_in_row(tmp_path):
+    shard, _ = feed.spill(_batches(1, 2), str(tmp_path / "s.arrow"), ["id", "f"])
+    batches = list(feed.step_batches(shard, [1, 0, 1, 0], stand_in=True))
+    assert [len(b["id"]) for b in batches] == [1, 1, 1, 1]
+    assert batches[1]["id"].tolist() == batches[0]["id"].tolist()  # the shard's first row
+    empty, _ = feed.spill(iter([]), str(tmp_path / "e.arrow"), ["id", "f"])
+    infos = dict(zip(shard.columns, shard.infos))
+    zero = next(feed.step_batches(empty, [0], ["id", "f"], infos=infos, stand_in=True))
+    assert zero["f"].shape == (1, 3) and not zero["f"].any() and zero["id"].tolist() == [0]
 
 
 def test_split_column_sends_flagged_rows_to_a_second_shard(tmp_path):

@@ -41,8 +41,7 @@ class _EpochLoop(loop.EpochRunner):
         self.strategy = strategy
         self.bound = bound
         self.steps_fn = keras_steps.KerasSteps(strategy, model)
-        self.factors = self.plan.factors(strategy.num_replicas_in_sync,
-                                         keras_steps.replicas_per_worker(strategy))
+        self.shares = self.plan.shares
         # batch logs are averaged over the workers (a collective) only when a callback
         # or the step summaries read them; each epoch's last step always is (custom logs)
         self.batch_logs = (keras_steps.overrides(spec.callbacks, keras_steps.TRAIN_BATCH_HOOKS)
@@ -60,12 +59,13 @@ class _EpochLoop(loop.EpochRunner):
         logs: dict = {}
         hooks = self.batch_logs
         for step, data in enumerate(self.spec.batches(self.ctx.shard, self.plan.sizes,
-                                                      self.bound, epoch, self.ctx.feedSpec)):
+                                                      self.bound, epoch,
+                                                      self.ctx.feedSpec, stand_in=True)):
             self.beat("training", epoch + 1, step, force=step == 0,
                       progress=lambda step=step, logs=logs: self._progress(step, logs))
             if hooks:
                 self.callbacks.on_train_batch_begin(step)
-            logs = self.steps_fn.train(data, self.factors[step],
+            logs = self.steps_fn.train(data, self.shares[step],
                                        reduce=hooks or step == self.steps - 1)
             if step == 0 and epoch == 0:
                 self.ctx.phase("first step")

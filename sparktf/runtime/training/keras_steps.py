@@ -102,21 +102,30 @@ class KerasSteps:
     batch, and the loss tracker and metrics see exactly what Keras gives them.
     A ``train_step`` override that never calls ``scale_loss`` trains as under Keras's
     own ``fit`` with a ``MirroredStrategy``: exact when the shares are equal.
+
+    A worker with no row in a step (``share`` 0) still runs it, on a stand-in row
+    (``feed.stand_in_batch``), because every worker must join the step's gradient
+    all-reduce: its factor is 0, so it adds nothing to the gradients, and afterwards its
+    metrics (the loss tracker included) and the model's other non-trainable variables
+    (batch statistics) are put back as they were, so it adds nothing to those either.
     """
 
     def __init__(self, strategy, model):
         self.strategy, self.model = strategy, model
         self._functions: dict = {}
 
-    def train(self, data, factor: float, reduce: bool) -> dict:
-        """One training step on this worker's part of the global batch; returns the step's
-        logs, averaged over all replicas if ``reduce`` (a collective), else this replica's."""
-        fn = self._function("train", reduce)
-        return fn(data, np.asarray(factor, np.float32))
+    def train(self, data, share: float, reduce: bool) -> dict:
+        """One training step on this worker's part of the global batch, ``share`` of the
+        step's rows (0: a stand-in row); returns the step's logs, averaged over all
+        replicas if ``reduce`` (a collective), else this replica's."""
+        factor = (self.strategy.num_replicas_in_sync * share /
+                  replicas_per_worker(self.strategy))
+        return self._function("train", reduce)(data, np.asarray(share, np.float32),
+                                               np.asarray(factor, np.float32))
 
-    def test(self, data, reduce: bool) -> dict:
-        """One evaluation step (``test_step``); logs as for ``train``."""
-        return self._function("test", reduce)(data)
+    def test(self, data, share: float, reduce: bool) -> dict:
+        """One evaluation step (``test_step``); ``share`` and logs as for ``train``."""
+        return self._function("test", reduce)(data, np.asarray(share, np.float32))
 
     def epoch_logs(self, last_logs) -> dict[str, float]:
         """What Keras's ``fit`` reports after an epoch (``_get_metrics_result_or_logs``):
@@ -151,11 +160,12 @@ class KerasSteps:
 
         strategy, model = self.strategy, self.model
 
-        def train_replica(data, factor):
+        def train_step(data, factor):
             with _loss_scaled(model.optimizer, factor):
                 return model.train_step(data)
 
-        replica = train_replica if kind == "train" else model.test_step
+        replica = _counted_by_share(model, train_step if kind == "train"
+                                    else model.test_step)
 
         # Not jit-compiled: the step holds the cross-worker gradient all-reduce.
         @tf.function(reduce_retracing=True)
@@ -166,6 +176,52 @@ class KerasSteps:
                            else strategy.experimental_local_results(v)[0]), outputs)
 
         return step
+
+
+def _counted_by_share(model, step):
+    """``step(data, *args)`` as ``replica(data, share, *args)``, where ``share`` is this
+    worker's part of the step's rows. Keras's per-output loss trackers (``y_loss``) count
+    each step once, by the loss over its whole batch: this worker's loss over its rows
+    counts as ``share`` of a step. With no row (``share`` 0, a stand-in row), the step's
+    effect on the metrics and on the model's non-trainable variables is undone (read
+    before the step, written back after it: the function's automatic control
+    dependencies keep that order)."""
+    import tensorflow as tf
+
+    def replica(data, share, *args):
+        kept = list({id(v): v for v in [*model.metrics_variables,
+                                        *model.non_trainable_variables]}.values())
+        before = [tf.identity(v.value) for v in kept]
+        with _weighted(_output_loss_trackers(model), share):
+            outputs = step(data, *args)
+        live = share > 0
+        for variable, value in zip(kept, before):
+            variable.assign(tf.where(live, variable.value, value))
+        return outputs
+
+    return replica
+
+
+def _output_loss_trackers(model) -> list:
+    compile_loss = getattr(model, "_compile_loss", None)
+    return list(getattr(compile_loss, "metrics", None) or [])
+
+
+class _weighted:
+    """Within: the ``metrics``' ``update_state`` takes ``weight`` as the sample weight."""
+
+    def __init__(self, metrics, weight):
+        self.metrics, self.weight = metrics, weight
+
+    def __enter__(self):
+        for metric in self.metrics:
+            update, weight = metric.update_state, self.weight
+            metric.update_state = (lambda values, sample_weight=None, update=update:
+                                   update(values, sample_weight=weight))
+
+    def __exit__(self, *exc):
+        for metric in self.metrics:
+            del metric.update_state
 
 
 class _loss_scaled:

@@ -192,11 +192,13 @@ class ValidationPass:
         model.reset_metrics()
         self.callbacks.on_test_begin()
         logs: dict = {}
+        shares = self.plan.shares
         for step, data in enumerate(self.spec.batches(self.shard, self.plan.sizes, self.bound,
-                                                      infos=self.infos)):
+                                                      infos=self.infos, stand_in=True)):
             if self.hooks:
                 self.callbacks.on_test_batch_begin(step)
-            logs = self.steps_fn.test(data, reduce=self.hooks or step == self.plan.steps - 1)
+            logs = self.steps_fn.test(data, shares[step],
+                                      reduce=self.hooks or step == self.plan.steps - 1)
             if self.hooks:
                 self.callbacks.on_test_batch_end(step, logs)
             if progress is not None:

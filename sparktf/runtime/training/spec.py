@@ -58,13 +58,14 @@ class TrainSpec:
                                    *([self.weight_column] if self.weight_column else [])]))
 
     def batches(self, shard: feed.Shard, sizes, bindings: Bindings, epoch: int | None = None,
-                infos: dict | None = None):
+                infos: dict | None = None, stand_in: bool = False):
         """``shard`` as step data for ``train_step``/``test_step``, one batch of each of
         ``sizes`` rows: in order, or with ``epoch`` and ``shuffle``, shuffled with that
-        epoch's own seed; ``bindings`` make each batch the model's inputs and labels."""
+        epoch's own seed; ``bindings`` make each batch the model's inputs and labels.
+        ``stand_in``: a step of no rows gets a stand-in row (``feed.stand_in_batch``)."""
         seed = (None if epoch is None or not self.shuffle
                 else (self.seed * 1_000_003 + epoch) % (2 ** 63))
-        for batch in feed.step_batches(shard, sizes, self.columns, seed, infos):
+        for batch in feed.step_batches(shard, sizes, self.columns, seed, infos, stand_in):
             yield self.step_data(batch, bindings)
 
     def step_data(self, batch: dict, bindings: Bindings) -> tuple:
@@ -121,11 +122,11 @@ class StepPlan:
     def total_rows(self) -> int:
         return int(self.rows.sum())
 
-    def factors(self, replicas_in_sync: int, local_replicas: int = 1) -> list[float]:
-        """Each step's loss factor for this worker's replicas (see ``KerasSteps``):
-        replicas x this replica's rows / the step's rows over every replica."""
+    @property
+    def shares(self) -> list[float]:
+        """This worker's part of each step's rows (0 where it has none)."""
         step_rows = self.rows.sum(axis=0)
-        return [float(replicas_in_sync * mine / (local_replicas * total)) if total else 0.0
+        return [float(mine / total) if total else 0.0
                 for mine, total in zip(self.rows[self.rank], step_rows)]
 
 

@@ -1,0 +1,40 @@
+"""Generated cases (Hypothesis) on their own local-cluster of three executors, so that
+fits of 1 to 3 workers are drawn; run by a pytest of their own (``make test``, ``make
+fuzz``), since a process holds one SparkContext.
+
+``SPARKTF_FUZZ=1`` (``make fuzz``) runs the large budget instead of make test's."""
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+FUZZ = os.environ.get("SPARKTF_FUZZ") == "1"
+
+# derandomized: make test draws the same cases every run (a seeded budget)
+settings.register_profile("make-test", max_examples=12, deadline=None, derandomize=True,
+                          print_blob=True, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("fuzz", max_examples=200, deadline=None, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("fuzz" if FUZZ else "make-test")
+
+
+def budget(make_test: int, fuzz: int) -> int:
+    return fuzz if FUZZ else make_test
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from pyspark.sql import SparkSession
+
+    os.environ.pop("PYSPARK_PYTHON", None)
+    session = (SparkSession.builder.master("local-cluster[3,1,1024]")
+               .appName("sparktf-generated")
+               .config("spark.ui.enabled", "false")
+               .config("spark.driver.memory", "1g")
+               .config("spark.sql.shuffle.partitions", "3")
+               .config("spark.python.worker.reuse", "true")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
