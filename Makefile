@@ -7,7 +7,7 @@ STAMP := $(VENV)/.sparktf-installed
 LOWEST := .venv-lowest
 LOWEST_STAMP := $(LOWEST)/.sparktf-installed
 
-.PHONY: demo test test-lowest test-cluster lint unit integration bench java-check clean
+.PHONY: demo test test-lowest test-cluster lint unit integration fuzz bench java-check clean
 
 $(STAMP): pyproject.toml setup.cfg Makefile constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "sparktf needs Python 3.11 or newer; set PYTHON=/path/to/python3.11")'
@@ -39,8 +39,14 @@ demo: java-check $(STAMP)
 	$(BIN)/python -m examples.demo
 
 test: java-check $(STAMP) $(LOWEST_STAMP) lint
-	$(BIN)/python -m pytest --durations=30 tests
+	$(BIN)/python -m pytest --durations=30 --ignore=tests/generated tests
+	$(BIN)/python -m pytest --durations=5 tests/generated
 	$(MAKE) --no-print-directory test-lowest
+
+# The generated cases (Hypothesis) with the large budget: 200 fits against Keras, 1,000
+# column cases. They run on a local-cluster of 3 executors, in a pytest of their own.
+fuzz: java-check $(STAMP)
+	SPARKTF_FUZZ=1 $(BIN)/python -m pytest --durations=5 tests/generated
 
 # ruff's rule set and the import contracts of ARCHITECTURE.md (both in pyproject.toml).
 lint: $(STAMP)
@@ -61,6 +67,7 @@ unit: $(STAMP)
 
 integration: java-check $(STAMP)
 	$(BIN)/python -m pytest tests/integration
+	$(BIN)/python -m pytest tests/generated
 
 bench: java-check $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[bench]"

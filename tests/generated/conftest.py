@@ -36,5 +36,9 @@ def spark():
                .config("spark.python.worker.reuse", "true")
                .getOrCreate())
     session.sparkContext.setLogLevel("ERROR")
+    if session.sparkContext.master != "local-cluster[3,1,1024]":
+        pytest.exit("tests/generated needs a SparkContext of its own (3 executors), but this "
+                    f"process already has {session.sparkContext.master}: run it in a pytest "
+                    "of its own, as make test does (pytest tests/generated).", returncode=2)
     yield session
     session.stop()
