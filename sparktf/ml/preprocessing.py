@@ -32,6 +32,7 @@ Examples
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from pyspark.ml.functions import vector_to_array
@@ -83,15 +84,27 @@ class Normalization(_Layer):
 
 
 class _Lookup(_Layer):
-    """A vocabulary layer; ``reserved`` indices (mask, OOV) come before learned tokens."""
+    """A vocabulary layer; its first ``token_start`` indices are reserved (mask, OOV)."""
+
+    OUTPUT_MODES = ("int", "one_hot", "multi_hot", "count", "tf_idf")
 
     def __init__(self, max_tokens: int | None = None, **kwargs):
         super().__init__(**({"max_tokens": max_tokens} if max_tokens is not None else {}),
                          **kwargs)
+        _check_lookup(self)
 
     @property
-    def reserved(self) -> int:
-        return (self.argument("mask_token") is not None) + int(self.argument("num_oov_indices"))
+    def output_mode(self) -> str:
+        """The output mode, Keras's deprecated names ("binary", "tf-idf") translated."""
+        mode = self.argument("output_mode")
+        return {"binary": "multi_hot", "tf-idf": "tf_idf"}.get(mode, mode)
+
+    @property
+    def token_start(self) -> int:
+        """Keras's ``_token_start_index``: the OOV indices, and the mask's index only for
+        ``output_mode="int"`` (the other modes drop the mask instead of indexing it)."""
+        mask = self.argument("mask_token") is not None and self.output_mode == "int"
+        return int(mask) + int(self.argument("num_oov_indices"))
 
     @property
     def special(self) -> list:
@@ -99,24 +112,64 @@ class _Lookup(_Layer):
                 if t is not None]
 
 
+def _check_lookup(spec: _Lookup) -> None:
+    """Refuse, before any Spark job, the settings Keras refuses or cannot adapt."""
+    max_tokens, mode = spec.argument("max_tokens"), spec.argument("output_mode")
+    problems = []
+    if spec.output_mode not in spec.OUTPUT_MODES:
+        problems.append(f"output_mode in {spec.OUTPUT_MODES}. Received: output_mode={mode!r}")
+    elif max_tokens is not None and max_tokens <= 1:
+        problems.append(f"max_tokens None or an integer > 1. Received: "
+                        f"max_tokens={max_tokens!r}")
+    elif int(spec.argument("num_oov_indices")) < 0:
+        problems.append(f"num_oov_indices >= 0. Received: "
+                        f"num_oov_indices={spec.argument('num_oov_indices')!r}")
+    elif max_tokens is not None and max_tokens <= spec.token_start:
+        # Keras's adapt would learn nothing (or slice from the end) and its vocabulary
+        # could not be set back on a layer
+        problems.append(f"max_tokens > the {spec.token_start} reserved indices (mask for "
+                        f"'int', OOV), to leave room for learned tokens. Received: "
+                        f"max_tokens={max_tokens}, output_mode={mode!r}")
+    wrong = {"invert": spec.argument("invert") and spec.output_mode != "int",
+             "sparse": spec.argument("sparse") and spec.output_mode == "int",
+             "output_sequence_length": (spec.argument("output_sequence_length") is not None
+                                        and spec.output_mode != "int"),
+             "ragged": spec.argument("ragged") and spec.output_mode != "int"}
+    problems += [f"{key} only with output_mode='int' (sparse: only without). Received: "
+                 f"{key}={spec.argument(key)!r}, output_mode={mode!r}"
+                 for key, bad in wrong.items() if bad]
+    if spec.argument("pad_to_max_tokens") and max_tokens is None:
+        problems.append("max_tokens set when pad_to_max_tokens=True. Received: "
+                        "max_tokens=None")
+    fixed = [k for k in ("vocabulary", "idf_weights") if spec.argument(k) is not None]
+    if fixed:
+        problems.append(f"no vocabulary of its own, since adapt computes it (Keras cannot "
+                        f"adapt a layer given one). Received: {fixed}")
+    if problems:
+        raise InvalidInputError(f"preprocessing.{type(spec).__name__} needs "
+                                + "; ".join(problems))
+
+
 class StringLookup(_Lookup):
     """``keras.layers.StringLookup``: the vocabulary of a string (or array<string>) column."""
 
     layer = "StringLookup"
-    DEFAULTS = {"mask_token": None, "oov_token": "[UNK]", "num_oov_indices": 1}
+    DEFAULTS = {"mask_token": None, "oov_token": "[UNK]", "num_oov_indices": 1,
+                "output_mode": "int"}
 
 
 class IntegerLookup(_Lookup):
     """``keras.layers.IntegerLookup``: the vocabulary of an integer (or array) column."""
 
     layer = "IntegerLookup"
-    DEFAULTS = {"mask_token": None, "oov_token": -1, "num_oov_indices": 1}
+    DEFAULTS = {"mask_token": None, "oov_token": -1, "num_oov_indices": 1,
+                "output_mode": "int"}
 
 
 class TextVectorization(_Lookup):
     """``keras.layers.TextVectorization``: the vocabulary of a text column after Keras's
     standardization ("lower_and_strip_punctuation", "lower", "strip_punctuation" or None)
-    and whitespace split. ``output_mode`` "int", "multi_hot" or "count"."""
+    and whitespace split, without ngrams; any ``output_mode`` ("tf_idf" included)."""
 
     layer = "TextVectorization"
     DEFAULTS = {"mask_token": "", "oov_token": "[UNK]", "num_oov_indices": 1,
@@ -125,22 +178,23 @@ class TextVectorization(_Lookup):
 
     def __init__(self, max_tokens: int | None = None, **kwargs):
         super().__init__(max_tokens, **kwargs)
-        problems = {k: self.argument(k) for k in ("standardize", "split", "ngrams",
-                                                  "output_mode")
+        problems = {k: self.argument(k) for k in ("standardize", "split", "ngrams")
                     if not _supported(k, self.argument(k))}
+        # Keras's TextVectorization has a fixed mask ("") and one OOV index
+        problems.update({k: v for k, v in kwargs.items()
+                         if k in ("mask_token", "oov_token", "num_oov_indices")})
         if problems:
             raise InvalidInputError(
                 "preprocessing.TextVectorization computes vocabularies in Spark for the "
                 "built-in standardize ('lower_and_strip_punctuation', 'lower', "
-                "'strip_punctuation', None), split='whitespace', no ngrams and output_mode "
-                f"'int', 'multi_hot' or 'count'. Received: {problems}")
+                "'strip_punctuation', None), split='whitespace' and no ngrams, with Keras's "
+                f"own mask and OOV token. Received: {problems}")
 
 
 def _supported(name: str, value) -> bool:
     return {"standardize": value in ("lower_and_strip_punctuation", "lower",
                                      "strip_punctuation", None),
-            "split": value == "whitespace", "ngrams": value is None,
-            "output_mode": value in ("int", "multi_hot", "count")}[name]
+            "split": value == "whitespace", "ngrams": value is None}[name]
 
 
 def adapt(df: DataFrame, layers: dict) -> dict:
@@ -171,7 +225,7 @@ def adapt(df: DataFrame, layers: dict) -> dict:
             config = {**spec.kwargs, **_moments(rows, column)}
             state[column] = {"layer": spec.layer, "config": config}
         elif isinstance(spec, _Lookup):
-            config = {**spec.kwargs, "vocabulary": _vocabulary(rows, column, spec)}
+            config = {**spec.kwargs, **_vocabulary(rows, column, spec)}
             state[column] = {"layer": spec.layer, "config": config}
         else:
             raise InvalidInputError(
@@ -210,7 +264,8 @@ def _number(value) -> float:
 
 
 def _tokens(rows: DataFrame, column: str, spec: _Lookup):
-    """One row per token occurrence."""
+    """One row per token occurrence: the token and the row (document) it is in."""
+    rows = rows.select(F.col(column), F.monotonically_increasing_id().alias("document"))
     dtype = rows.schema[column].dataType
     value = F.col(column)
     if isinstance(spec, TextVectorization):
@@ -223,25 +278,41 @@ def _tokens(rows: DataFrame, column: str, spec: _Lookup):
         if standardize in ("strip_punctuation", "lower_and_strip_punctuation"):
             value = F.regexp_replace(value, KERAS_PUNCTUATION, "")
         token = F.explode(F.split(value, r"\s+"))  # tf.strings.split: ASCII whitespace
-        return rows.select(token.alias("token")).where(F.col("token") != "")
+        return rows.select(token.alias("token"), "document").where(F.col("token") != "")
     while isinstance(dtype, T.ArrayType) and isinstance(dtype.elementType, T.ArrayType):
         value, dtype = F.flatten(value), T.ArrayType(dtype.elementType.elementType)
     if isinstance(dtype, T.ArrayType):
         value = F.explode(value)
-    return rows.select(value.alias("token")).where(F.col("token").isNotNull())
+    return rows.select(value.alias("token"), "document").where(F.col("token").isNotNull())
 
 
-def _vocabulary(rows: DataFrame, column: str, spec: _Lookup) -> list:
-    """Tokens by count, then by token, both descending (Keras's ``finalize_state``)."""
-    counts = _tokens(rows, column, spec).groupBy("token").count()
+def _vocabulary(rows: DataFrame, column: str, spec: _Lookup) -> dict:
+    """The layer's ``vocabulary`` (and ``idf_weights`` for "tf_idf"), as Keras's
+    ``finalize_state``: tokens by count, then by token, both descending, without the
+    mask and OOV tokens, at most ``max_tokens`` less the reserved indices."""
+    tf_idf = spec.output_mode == "tf_idf"
+    counts = _tokens(rows, column, spec).groupBy("token").agg(
+        F.count(F.lit(1)).alias("count"),
+        *([F.countDistinct("document").alias("documents")] if tf_idf else []))
     special = spec.special
     if special:
         counts = counts.where(~F.col("token").isin(*special))
     ordered = counts.orderBy(F.desc("count"), F.desc("token"))
     max_tokens = spec.argument("max_tokens")
     if max_tokens is not None:
-        ordered = ordered.limit(max(0, int(max_tokens) - spec.reserved))
-    return [row["token"] for row in ordered.collect()]
+        ordered = ordered.limit(int(max_tokens) - spec.token_start)
+    kept = ordered.collect()
+    if not kept:
+        raise InvalidInputError(f"preprocessing.adapt: column '{column}' has no tokens "
+                                f"besides {special} to learn a vocabulary from.")
+    vocabulary = {"vocabulary": [row["token"] for row in kept]}
+    if tf_idf:
+        # Keras's _inverse_document_frequency; a document is a row (empty ones too), and
+        # set_vocabulary gives the reserved indices the mean weight, as adapt does
+        documents = rows.count()
+        vocabulary["idf_weights"] = [math.log(1 + documents / (1 + row["documents"]))
+                                     for row in kept]
+    return vocabulary
 
 
 def layers(state: dict) -> dict:
