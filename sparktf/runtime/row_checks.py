@@ -116,10 +116,6 @@ def problem(checks: RowChecks, counts: list[dict], training_rows: int | None = N
     rows = sum(c["rows"] for c in counts)
     if rows == 0:
         return "The DataFrame given to fit has no rows. Check the filters that produced it."
-    if training_rows is not None:
-        side = _empty_side(checks, rows, training_rows, validation_rows)
-        if side:
-            return side
     for column in checks.columns:
         nulls = sum(c["nulls"][column] for c in counts)
         if nulls:
@@ -135,18 +131,18 @@ def problem(checks: RowChecks, counts: list[dict], training_rows: int | None = N
         return (f"The weight column '{checks.weight}' has {bad_weights} negative, NaN or "
                 "infinite value(s); weights must be finite numbers >= 0. Fix or drop those "
                 "rows.")
+    if checks.held_out_by and training_rows is not None:
+        return _empty_side(checks.held_out_by, rows, training_rows, validation_rows)
     return None
 
 
-def _empty_side(checks: RowChecks, rows: int, training_rows: int,
-                validation_rows: int) -> str | None:
+def _empty_side(how: str, rows: int, training_rows: int, validation_rows: int) -> str | None:
     """Keras's refusal of an empty training or validation split, in sparktf's words."""
-    how = checks.held_out_by or "the validation split"
     if training_rows == 0:
         return (f"No rows are left to train on: {how} holds out all {rows} rows of the "
                 "DataFrame for validation. Hold out fewer rows (flag fewer rows, or a "
                 "smaller validationFraction).")
-    if checks.held_out_by and validation_rows == 0:
+    if validation_rows == 0:
         return (f"No rows are held out for validation: {how} selects none of the "
                 f"{rows} rows. Flag some rows, raise validationFraction, or unset it to "
                 "train without validation.")

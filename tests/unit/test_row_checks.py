@@ -48,3 +48,32 @@ def test_integer_and_vector_labels_are_never_non_finite():
     counts.add(pa.RecordBatch.from_pydict({"label": pa.array([1, 2, None], pa.int64())}))
     assert counts.as_dict()["nonfinite"] == {"label": 0}
     assert counts.as_dict()["nulls"] == {"label": 1}
+
+
+def test_nan_or_inf_inside_array_labels_counts_the_rows_that_hold_them():
+    """Issue 32: an array<double> label with a NaN trained to a NaN loss."""
+    checks = RowChecks(("label",), ("label",))
+    counts = checks.counter()
+    flat = pa.array([[1.0, math.nan], [2.0], None, [math.inf, math.nan], []],
+                    pa.list_(pa.float64()))
+    nested = pa.array([[[1.0], [math.nan]], [[2.0]]], pa.list_(pa.list_(pa.float32())))
+    fixed = pa.FixedSizeListArray.from_arrays(pa.array([1.0, 2.0, math.inf, 4.0]), 2)
+    for labels in (flat, flat.slice(2), nested, fixed, fixed.slice(1)):
+        counts.add(pa.RecordBatch.from_pydict({"label": labels}))
+    assert counts.as_dict()["nonfinite"] == {"label": 2 + 1 + 1 + 1 + 1}
+    message = problem(RowChecks((), ("label",)), [counts.as_dict()])
+    assert "label column 'label' has 6 NaN or infinite" in message
+
+
+def test_an_empty_training_or_validation_side_is_refused_naming_how_rows_were_held_out():
+    checks = RowChecks(("features",), ("label",), held_out_by="validationCol='val'")
+    clean = _counts(_batch([[1.0], [2.0]], [1.0, 2.0], [1, 1]))
+    assert problem(checks, [clean], training_rows=2, validation_rows=0) == (
+        "No rows are held out for validation: validationCol='val' selects none of the 2 "
+        "rows. Flag some rows, raise validationFraction, or unset it to train without "
+        "validation.")
+    assert problem(checks, [clean], training_rows=0, validation_rows=2).startswith(
+        "No rows are left to train on: validationCol='val' holds out all 2 rows")
+    assert problem(checks, [clean], training_rows=1, validation_rows=1) is None
+    # without a split nothing is held out, and that is fine
+    assert problem(RowChecks(("features",)), [clean], training_rows=2) is None
