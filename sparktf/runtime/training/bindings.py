@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
+import numpy as np
+
 from sparktf.runtime import tensors
 from sparktf.runtime.columns import ColumnInfo, FeedError
 
@@ -37,6 +39,9 @@ class Bindings:
     outputs: tuple[str, ...] | None  # the output each label feeds, by name (None: in order)
     outputs_as_dict: bool = False  # the model's outputs are a dict (keyed by output name)
     model_outputs: tuple[str, ...] = ()  # the model's output names, in its order
+    # each label's row shape when a flat array of that size is reshaped to its output's
+    # declared shape (Horovod's KerasEstimator does the same), else None
+    label_shapes: tuple = ()
 
     def x(self, batch: dict):
         values = [tensors.to_input(batch[b.column], b.column, b.shape, b.dtype, b.fixed)
@@ -46,7 +51,9 @@ class Bindings:
         return values[0] if len(values) == 1 else tuple(values)
 
     def y(self, batch: dict):
-        return self.arrange_labels([tensors.to_label(batch[c]) for c in self.labels])
+        shapes = self.label_shapes or (None,) * len(self.labels)
+        return self.arrange_labels([_reshaped(tensors.to_label(batch[c]), shape)
+                                    for c, shape in zip(self.labels, shapes)])
 
     def arrange_labels(self, values: list):
         """The label columns' values (in ``labels`` order) as the model's outputs take them."""
@@ -123,7 +130,47 @@ def bind(model, feature_columns: Sequence[str], label_columns: Sequence[str],
         outputs = _match_outputs(names, list(label_columns))
     return Bindings(tuple(inputs), isinstance(struct, dict), tuple(label_columns), outputs,
                     isinstance(getattr(model, "_outputs_struct", None), dict),
-                    tuple(names or ()))
+                    tuple(names or ()),
+                    _label_shapes(model, list(label_columns), outputs, names, infos))
+
+
+def _reshaped(labels, shape):
+    return labels if shape is None else labels.reshape((len(labels), *shape))
+
+
+def _label_shapes(model, labels: list[str], outputs, names, infos: dict) -> tuple:
+    """Labels follow the inputs' rule: a flat array label whose size is the product of
+    its output's declared shape is reshaped to it; another size is refused, naming the
+    column and the shape."""
+    try:
+        declared = [tuple(t.shape[1:]) for t in model.outputs]
+    except (AttributeError, ValueError, TypeError):
+        return ()
+    by_name = dict(zip(names or (), declared))
+    shapes = []
+    for i, label in enumerate(labels):
+        shape = (by_name.get(outputs[i]) if outputs and names else
+                 declared[i] if i < len(declared) else None)
+        info = infos.get(label)
+        shapes.append(_label_shape(label, info, shape))
+    return tuple(shapes)
+
+
+def _label_shape(label: str, info: ColumnInfo | None, shape: tuple | None):
+    """The row shape ``label`` is reshaped to, or None to keep it as it comes: the
+    output's shape, or (sparse class labels) the output's shape but its last axis."""
+    if (info is None or shape is None or len(shape) < 2 or len(info.shape) != 1
+            or info.varies or any(d is None for d in shape)):
+        return None
+    size = int(np.prod(shape))
+    if info.shape[0] == size:
+        return shape
+    if info.shape[0] == int(np.prod(shape[:-1])):
+        return shape[:-1]
+    raise FeedError(
+        f"Label column '{label}' holds {info.rows()}, but its output declares shape "
+        f"{shape} ({size} values a row). Give the label {size} values a row (a flat array "
+        "is reshaped to the output's shape), or change the output.")
 
 
 def _match_inputs(declared, feature_columns: list[str],

@@ -214,9 +214,9 @@ class _weighted:
         self.metrics, self.weight = metrics, weight
 
     def __enter__(self):
+        weight = self.weight
         for metric in self.metrics:
-            update, weight = metric.update_state, self.weight
-            metric.update_state = (lambda values, sample_weight=None, update=update:
+            metric.update_state = (lambda values, sample_weight=None, update=metric.update_state:
                                    update(values, sample_weight=weight))
 
     def __exit__(self, *exc):
