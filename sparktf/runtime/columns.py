@@ -157,6 +157,30 @@ def spill_array(arr: pa.Array, name: str) -> pa.Array:
     return arr
 
 
+def rows_with_null_elements(arr: pa.Array) -> np.ndarray:
+    """Which rows of a (nested) array column hold a null element at any depth."""
+    marked = np.zeros(len(arr), dtype=bool)
+    if not is_list_type(arr.type):
+        return marked
+    inner, parents = arr, []
+    while is_list_type(inner.type):
+        parents.append(np.repeat(np.arange(len(inner)), _lengths(inner)))
+        inner = inner.flatten()
+        if inner.null_count:
+            where = np.flatnonzero(inner.is_null().to_numpy(zero_copy_only=False))
+            for parent in reversed(parents):
+                where = parent[where]
+            marked[where] = True
+    return marked
+
+
+def _lengths(arr: pa.Array) -> np.ndarray:
+    """Each row's number of elements (0 for a null row), as ``flatten`` lays them out."""
+    if pa.types.is_fixed_size_list(arr.type):
+        return np.where(arr.is_null().to_numpy(zero_copy_only=False), 0, arr.type.list_size)
+    return pa.compute.fill_null(pa.compute.list_value_length(arr), 0).to_numpy()
+
+
 def _replace_leaf(t: pa.DataType, leaf: pa.DataType) -> pa.DataType:
     return pa.list_(_replace_leaf(t.value_type, leaf)) if is_list_type(t) else leaf
 

@@ -330,11 +330,14 @@ def _plain(array) -> pa.Array:
     return array.combine_chunks() if isinstance(array, pa.ChunkedArray) else array
 
 
-def valid_rows(batch: pa.RecordBatch, columns: Sequence[str]) -> np.ndarray:
-    """Rows whose input columns are all non-null."""
+def valid_rows(batch: pa.RecordBatch, names: Sequence[str]) -> np.ndarray:
+    """Rows whose input columns are all non-null, with no null element inside an array
+    either: such a row gets null outputs, like a null row."""
     valid = np.ones(batch.num_rows, dtype=bool)
-    for name in columns:
-        valid &= ~batch.column(name).is_null().to_numpy(zero_copy_only=False)
+    for name in names:
+        column = _plain(batch.column(name))
+        valid &= ~column.is_null().to_numpy(zero_copy_only=False)
+        valid &= ~columns.rows_with_null_elements(column)
     return valid
 
 

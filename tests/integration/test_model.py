@@ -141,6 +141,18 @@ def test_null_inputs_keep_their_row_with_null_outputs(spark, saved_models):
     assert rows == {1: pytest.approx(7.0), 2: None, 3: pytest.approx(1.0)}
 
 
+def test_a_null_element_inside_an_array_gives_that_row_null_outputs(spark, saved_models):
+    """Issue 32: a null inside an array failed the whole job (transform and udf())."""
+    df = spark.createDataFrame([(1, [1.0, 1.0, 1.0]), (2, [1.0, None, 1.0]), (3, None),
+                                (4, [0.0, 0.0, 0.0])], "id long, x array<float>")
+    model = TFModel(modelPath=saved_models["affine"], inputMapping={"x": "x"},
+                    outputMapping={"y": "y"})
+    expected = {1: pytest.approx(7.0), 2: None, 3: None, 4: pytest.approx(1.0)}
+    assert {r.id: r.y for r in model.transform(df).collect()} == expected
+    scored = df.select("id", model.udf()("x").alias("y")).collect()
+    assert {r.id: r.y for r in scored} == expected
+
+
 def test_bad_mappings_and_paths_fail_on_the_driver(spark, saved_models, tmp_path):
     df, _ = _vectors(spark, 10, 1)
     with pytest.raises(sparktf.InvalidInputError, match=r"signature's inputs are \['x'\]"):
