@@ -32,12 +32,13 @@ Examples
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
 from pyspark.ml.functions import vector_to_array
 from pyspark.ml.linalg import VectorUDT
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -218,19 +219,20 @@ def adapt(df: DataFrame, layers: dict) -> dict:
     if missing:
         raise InvalidInputError(f"preprocessing.adapt: no column {missing} in the DataFrame; "
                                 f"its columns are {df.columns}.")
+    unknown = {c: s for c, s in layers.items() if not isinstance(s, (Normalization, _Lookup))}
+    if unknown:
+        raise InvalidInputError(
+            "preprocessing.adapt takes Normalization(), StringLookup(), IntegerLookup() "
+            f"or TextVectorization() for each column. Received: {unknown}")
+    vocabularies = _vocabularies(df, {c: s for c, s in layers.items()
+                                      if isinstance(s, _Lookup)})
     state = {}
     for column, spec in layers.items():
-        rows = df.where(F.col(column).isNotNull())
         if isinstance(spec, Normalization):
-            config = {**spec.kwargs, **_moments(rows, column)}
-            state[column] = {"layer": spec.layer, "config": config}
-        elif isinstance(spec, _Lookup):
-            config = {**spec.kwargs, **_vocabulary(rows, column, spec)}
-            state[column] = {"layer": spec.layer, "config": config}
+            learned = _moments(df.where(F.col(column).isNotNull()), column)
         else:
-            raise InvalidInputError(
-                "preprocessing.adapt takes Normalization(), StringLookup(), IntegerLookup() "
-                f"or TextVectorization() for each column. Received: {column}={spec!r}")
+            learned = vocabularies[column]
+        state[column] = {"layer": spec.layer, "config": {**spec.kwargs, **learned}}
     return state
 
 
@@ -286,30 +288,57 @@ def _tokens(rows: DataFrame, column: str, spec: _Lookup):
     return rows.select(value.alias("token"), "document").where(F.col("token").isNotNull())
 
 
-def _vocabulary(rows: DataFrame, column: str, spec: _Lookup) -> dict:
-    """The layer's ``vocabulary`` (and ``idf_weights`` for "tf_idf"), as Keras's
-    ``finalize_state``: tokens by count, then by token, both descending, without the
-    mask and OOV tokens, at most ``max_tokens`` less the reserved indices."""
-    tf_idf = spec.output_mode == "tf_idf"
-    counts = _tokens(rows, column, spec).groupBy("token").agg(
-        F.count(F.lit(1)).alias("count"),
-        *([F.countDistinct("document").alias("documents")] if tf_idf else []))
+def _vocabularies(df: DataFrame, specs: dict) -> dict:
+    """Column -> ``vocabulary`` (and ``idf_weights`` for "tf_idf"), in one Spark job per
+    token type for all the columns."""
+    frames: dict = {}
+    for column, spec in specs.items():
+        tokens = _tokens(df.where(F.col(column).isNotNull()), column, spec)
+        frames.setdefault(tokens.schema["token"].dataType.simpleString(), []).append(
+            tokens.select(F.lit(column).alias("column"), "token", "document"))
+    counted: dict = {column: [] for column in specs}
+    for same_type in frames.values():
+        for row in _top_counts(same_type, specs).collect():
+            counted[row["column"]].append(row)
+    tf_idf = [c for c, s in specs.items() if s.output_mode == "tf_idf"]
+    documents = (df.agg(*[F.count(F.col(c)).alias(c) for c in tf_idf]).first().asDict()
+                 if tf_idf else {})
+    return {column: _vocabulary(column, spec, counted[column], documents.get(column))
+            for column, spec in specs.items()}
+
+
+def _top_counts(frames: list, specs: dict) -> DataFrame:
+    """Per column and token: occurrences and documents (rows), ranked as Keras's
+    ``finalize_state`` orders them (count, then token, both descending), only the ranks
+    that ``max_tokens`` can keep once the mask and OOV tokens are left out."""
+    tokens = functools.reduce(DataFrame.unionByName, frames)
+    counts = tokens.groupBy("column", "token").agg(
+        F.count(F.lit(1)).alias("count"), F.countDistinct("document").alias("documents"))
+    order = Window.partitionBy("column").orderBy(F.desc("count"), F.desc("token"))
+    counts = counts.withColumn("rank", F.row_number().over(order))
+    limits = [x for c, s in specs.items() if s.argument("max_tokens") is not None
+              for x in (F.lit(c), F.lit(s.argument("max_tokens") - s.token_start
+                                        + len(s.special)))]
+    if not limits:
+        return counts
+    limit = F.create_map(*limits)[F.col("column")]
+    return counts.where(limit.isNull() | (F.col("rank") <= limit))
+
+
+def _vocabulary(column: str, spec: _Lookup, counted: list, documents: int | None) -> dict:
+    """One column's vocabulary from its ranked counts, the mask and OOV tokens left out,
+    at most ``max_tokens`` less the reserved indices."""
     special = spec.special
-    if special:
-        counts = counts.where(~F.col("token").isin(*special))
-    ordered = counts.orderBy(F.desc("count"), F.desc("token"))
-    max_tokens = spec.argument("max_tokens")
-    if max_tokens is not None:
-        ordered = ordered.limit(int(max_tokens) - spec.token_start)
-    kept = ordered.collect()
+    kept = [r for r in sorted(counted, key=lambda r: r["rank"]) if r["token"] not in special]
+    if spec.argument("max_tokens") is not None:
+        kept = kept[:spec.argument("max_tokens") - spec.token_start]
     if not kept:
         raise InvalidInputError(f"preprocessing.adapt: column '{column}' has no tokens "
                                 f"besides {special} to learn a vocabulary from.")
     vocabulary = {"vocabulary": [row["token"] for row in kept]}
-    if tf_idf:
-        # Keras's _inverse_document_frequency; a document is a row (empty ones too), and
-        # set_vocabulary gives the reserved indices the mean weight, as adapt does
-        documents = rows.count()
+    if spec.output_mode == "tf_idf":
+        # Keras's _inverse_document_frequency; a document is a non-null row (empty ones
+        # too); set_vocabulary gives the reserved indices the mean weight, as adapt does
         vocabulary["idf_weights"] = [math.log(1 + documents / (1 + row["documents"]))
                                      for row in kept]
     return vocabulary

@@ -82,22 +82,32 @@ def _dense(x):
     return np.asarray(x.to_tensor() if hasattr(x, "to_tensor") else x)
 
 
+def _adapt_all(df, column, specs):
+    """One ``adapt`` call for every config, each on its own copy of ``column``."""
+    from pyspark.sql import functions as F
+    copies = df.select(*[F.col(column).alias(f"{column}{i}") for i in range(len(specs))])
+    state = pp.adapt(copies, {f"{column}{i}": spec for i, spec in enumerate(specs)})
+    return [state[f"{column}{i}"] for i in range(len(specs))]
+
+
 def test_string_and_integer_lookups_equal_keras_adapt_in_every_mode(spark):
     import tensorflow as tf
     rows = _string_rows()
     df = spark.createDataFrame(rows, "city string, tags array<string>").repartition(2).cache()
     city = np.array([r[0] for r in rows if r[0] is not None])
     tags = tf.ragged.constant([r[1] for r in rows if r[1] is not None], dtype=tf.string)
-    called = 0
-    for spec in _lookup_specs("StringLookup", (None, ""), MODES):
-        called += _check(spec, pp.adapt(df, {"city": spec})["city"], city, city)
-        if spec.output_mode != "one_hot":
-            called += _check(spec, pp.adapt(df, {"tags": spec})["tags"], tags, tags)
+    specs = list(_lookup_specs("StringLookup", (None, ""), MODES))
+    called = sum(_check(spec, entry, city, city)
+                 for spec, entry in zip(specs, _adapt_all(df, "city", specs)))
+    specs = [s for s in specs if s.output_mode != "one_hot"]
+    called += sum(_check(spec, entry, tags, tags)
+                  for spec, entry in zip(specs, _adapt_all(df, "tags", specs)))
     integers = _integer_rows()
     df = spark.createDataFrame(integers, "zip bigint").repartition(2).cache()
     zips = np.array([r[0] for r in integers if r[0] is not None], dtype="int64")
-    for spec in _lookup_specs("IntegerLookup", (None, 0), MODES):
-        called += _check(spec, pp.adapt(df, {"zip": spec})["zip"], zips, zips)
+    specs = list(_lookup_specs("IntegerLookup", (None, 0), MODES))
+    called += sum(_check(spec, entry, zips, zips)
+                  for spec, entry in zip(specs, _adapt_all(df, "zip", specs)))
     assert called > 100  # outputs compared, not only refusals
 
 
@@ -105,9 +115,10 @@ def test_text_vectorization_equals_keras_adapt_in_every_mode(spark):
     rows = [(t,) for t in TEXTS * 3] + [(None,)]
     df = spark.createDataFrame(rows, "review string").repartition(2).cache()
     texts = np.array([r[0] for r in rows if r[0] is not None])
-    for mode, max_tokens in itertools.product(MODES, MAX_TOKENS):
-        spec = pp.TextVectorization(max_tokens=max_tokens, output_mode=mode)
-        assert _check(spec, pp.adapt(df, {"review": spec})["review"], texts, texts)
+    specs = [pp.TextVectorization(max_tokens=max_tokens, output_mode=mode)
+             for mode, max_tokens in itertools.product(MODES, MAX_TOKENS)]
+    for spec, entry in zip(specs, _adapt_all(df, "review", specs)):
+        assert _check(spec, entry, texts, texts)
 
 
 def test_the_issue_case_keeps_max_tokens_less_the_oov_slot(spark):
