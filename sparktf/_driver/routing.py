@@ -54,8 +54,18 @@ def shuffled(df, num_tasks: int):
     """``df`` in ``num_tasks`` partitions behind a shuffle: a plan any barrier stage accepts.
 
     A shuffle, not coalesce: barrier stages refuse RDD chains that change partition counts.
+    The frame's order is kept (``shuffle=False`` means the frame's order, and a seed the
+    same history every run): the rows are numbered first, consecutive ranges of numbers
+    make the partitions, and each partition is sorted by them.
     """
-    return df.repartition(num_tasks)
+    from pyspark.sql import functions as F
+
+    numbered = df.withColumn(ORDER_COLUMN, F.monotonically_increasing_id())
+    return (numbered.repartitionByRange(num_tasks, ORDER_COLUMN)
+            .sortWithinPartitions(ORDER_COLUMN).drop(ORDER_COLUMN))
+
+
+ORDER_COLUMN = "__sparktf_order"
 
 
 def is_barrier_chain_error(exc: BaseException) -> bool:

@@ -86,3 +86,28 @@ def test_a_fit_reads_an_uncached_input_once(spark, tmp_path, mode, holdout):
                       validationFraction=0.2 if holdout else 0.0)
     est.fit(df)
     assert reads.value == len(X), f"the input was read {reads.value / len(X):g} times"
+
+
+def test_shuffle_off_keeps_the_frames_order_through_the_added_shuffle(spark):
+    """Issue 32: the repartition sparktf adds (a coalesce(1) frame cannot feed a barrier
+    stage) delivered the rows in an order that changed between runs: shuffle=False must
+    mean the frame's order, and the same fit the same history, equal to Keras's own."""
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(120, 4)).astype(np.float32)
+    y = (x @ np.array([2.0, -3.0, 0.5, 1.0], np.float32) + 1.0).astype(np.float32)
+    rows = [(float(y[i]), x[i].tolist()) for i in range(120)]
+    df = spark.createDataFrame(rows, "label double, features array<float>").repartition(
+        3).sortWithinPartitions("label").coalesce(1)
+    ordered = df.collect()  # the frame's own order
+    hp = {"width": 4}
+    histories = [TFEstimator(modelFn=models.linear, hyperParams=hp, learningRate=0.05,
+                             numWorkers=1, epochs=2, batchSize=86, shuffle=False,
+                             seed=1).fit(df).getHistory() for _ in range(3)]
+    keras_x = np.array([r.features for r in ordered], np.float32)
+    keras_y = np.array([r.label for r in ordered], np.float32)
+    expected = models.linear({**hp, "learningRate": 0.05}).fit(
+        keras_x, keras_y, batch_size=86, epochs=2, shuffle=False, verbose=0).history
+    for history in histories:
+        np.testing.assert_allclose(history["loss"], expected["loss"], rtol=1e-5)
