@@ -187,7 +187,7 @@ def _share_rows(spec, barrier, rank, role, events: EventClient,
             "validation_rows": held_out.num_rows if held_out else 0,
             "checks": counts.as_dict() if counts is not None else None,
             "feed": _describe(shard, held_out)}
-    gathered = [json.loads(g) for g in exchange.all_gather(json.dumps(mine), "row counts")]
+    gathered = [json.loads(g) for g in _all_gather(events, barrier, json.dumps(mine), 1)]
     problem = (row_checks.problem(spec.row_checks, [g["checks"] for g in gathered],
                                   sum(g["rows"] for g in gathered),
                                   sum(g["validation_rows"] for g in gathered))
