@@ -29,12 +29,13 @@ logger = logging.getLogger("sparktf")
 
 # Evidence that the platform failed, in a task's error message: our own report of a
 # process that died without a result, our own port conflict while forming the cluster,
-# and the errors TensorFlow gives a worker whose peer went away mid-collective.
+# the errors TensorFlow gives a worker whose peer went away mid-collective, and the
+# driver's report of a task whose connection ended mid-exchange.
 _DIED = re.compile(r"before reporting a result")
 _PEER_LOST = re.compile(
     r"^(sparktf-port-conflict: )|^TaskStalledError: |^(UnavailableError|AbortedError|"
     r"CancelledError|DeadlineExceededError)\b|Socket closed|Connection reset|failed to "
-    r"connect to all addresses")
+    r"connect to all addresses|lost the connection to the driver's event channel")
 # TensorFlow's own error classes: a Python exception raised in tf.py_function or a
 # dataset generator arrives as one of them (UnknownError), so they say nothing alone
 _OP_ERROR = re.compile(
@@ -46,6 +47,10 @@ _EXECUTOR_LOST = re.compile(
     r"ExecutorLostFailure|executor lost|lost executor|worker lost|Remote RPC client "
     r"disassociated|Command exited with code|Python worker exited unexpectedly|"
     r"Executor heartbeat timed out|Container killed", re.IGNORECASE)
+
+# What Spark says of a job that someone cancelled ("Job 4 cancelled part of cancelled job
+# group g", "... as part of cancellation of all jobs", "... because killed via the Web UI")
+_CANCELLED = re.compile(r"[^\n]*\bJob \d+ cancelled\b[^\n]*")
 
 
 def is_infrastructure(message: str) -> bool:
@@ -111,6 +116,9 @@ class FailurePolicy:
 def translate(exc: Exception | None, errors: dict[int, dict], what: str) -> SparkTFError:
     """The most useful sparktf error for a failed barrier stage: from the tasks' reports
     (``errors``), else from Spark's exception ``exc`` (None when the stage finished)."""
+    if exc is not None and errors and is_executor_lost(str(exc)) and all(
+            info.get("lost_channel") for info in errors.values()):
+        errors = {}  # the driver saw only connections end: Spark says why (the executor died)
     invalid = [info for _, info in sorted(errors.items()) if info.get("invalid_input")]
     if invalid:  # the data is at fault, and every task said so
         return InvalidInputError(invalid[0].get("message", ""))
@@ -132,6 +140,15 @@ def translate(exc: Exception | None, errors: dict[int, dict], what: str) -> Spar
     if is_executor_lost(text):
         return ExecutorLostError(f"{what}'s barrier stage failed: an executor running one of "
                                  f"its tasks was lost. Spark said: {_lost_line(text)}")
+    cancelled = _CANCELLED.search(text)
+    if cancelled:  # not a failure of the stage: nothing to relaunch
+        said = cancelled.group(0).strip().lstrip(": ")[:500]
+        return SparkTFError(f"{what}'s barrier stage was cancelled before it finished: by "
+                            "the Spark UI's kill link, a cancelJobGroup, cancelJobsWithTag or "
+                            "cancelAllJobs call, or Ctrl-C while the fit ran in another thread "
+                            "than the main one (PySpark then cancels every job; in the main "
+                            "thread the fit raises KeyboardInterrupt). Nothing failed: run it "
+                            f"again. Spark said: {said}")
     return SparkTFError(f"{what}'s barrier stage failed before any task reported an error. "
                         f"Spark said: {first_line(text)}")
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import signal
 import threading
 import uuid
 from typing import Any, Callable
@@ -360,7 +361,8 @@ def _stall_error(stage: LaunchSpec, rank: int, last: dict) -> TaskStalledError:
 
 
 def _collect(session: sessions.Session, job, timeout: float | None, what: str, tag: str):
-    """Collects the job under job tag ``tag``; cancels it after ``timeout`` seconds."""
+    """Collects the job under job tag ``tag``; cancels it after ``timeout`` seconds, or at
+    Ctrl-C (``_interruptible``; then raises KeyboardInterrupt once the stage has ended)."""
     timed_out = threading.Event()
 
     def cancel():
@@ -373,15 +375,70 @@ def _collect(session: sessions.Session, job, timeout: float | None, what: str, t
         if timer:
             timer.daemon = True
             timer.start()
-        try:
-            return job.collect()
-        except Exception as e:
-            if timed_out.is_set():
-                raise JobTimeoutError(f"{what} did not finish within timeout={timeout} s; its "
-                                      "barrier stage was cancelled.") from e
-            raise
+        with _interruptible(session, tag, what) as interrupted:
+            try:
+                rows = job.collect()
+            except Exception as e:
+                if interrupted.is_set():
+                    raise KeyboardInterrupt(_interrupted(what)) from e
+                if timed_out.is_set():
+                    raise JobTimeoutError(f"{what} did not finish within timeout={timeout} s; "
+                                          "its barrier stage was cancelled.") from e
+                raise
+            if interrupted.is_set():  # the stage ended on its own meanwhile: still, stop
+                raise KeyboardInterrupt(_interrupted(what))
+            return rows
     finally:
         if timer:
             timer.cancel()
             timer.join()
         session.remove_tag(tag)
+
+
+CANCEL_JOIN_S = 30.0  # a cancellation is one call to Spark; do not outlive the stage by more
+
+
+def _interrupted(what: str) -> str:
+    return f"{what} was interrupted (Ctrl-C); its barrier stage was cancelled"
+
+
+@contextlib.contextmanager
+def _interruptible(session: sessions.Session, tag: str, what: str):
+    """Makes Ctrl-C cancel the stage's jobs (tagged ``tag``); yields an Event set by it.
+
+    PySpark's own SIGINT handler cancels every job with a Py4J call made from the main
+    thread, which at that moment is inside the Py4J call that collects the stage: the
+    nested call fails ("reentrant call inside BufferedReader"), and its Py4JError, not
+    KeyboardInterrupt, ends the collect, so a fit that the user stopped read as a failed
+    barrier stage. This handler makes no call itself: a thread cancels the stage (as the
+    timeout does), the collect ends with Spark's cancellation, and ``_collect`` raises
+    KeyboardInterrupt. A second Ctrl-C raises at once. Signals reach the main thread
+    only: a fit in another thread, or a SIGINT the application ignores, is left alone.
+    """
+    interrupted = threading.Event()
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGINT) if main else None
+    if not callable(previous):
+        yield interrupted
+        return
+    cancelling: list[threading.Thread] = []
+
+    def on_interrupt(signum, frame):
+        if interrupted.is_set():
+            # a second Ctrl-C: stop waiting for Spark to end the stage
+            raise KeyboardInterrupt(f"{what} was interrupted (Ctrl-C twice); the "
+                                    "cancellation of its barrier stage was not awaited")
+        interrupted.set()
+        canceller = threading.Thread(target=session.cancel_tag, args=(tag,),
+                                     name="sparktf-interrupt", daemon=True)
+        cancelling.append(canceller)
+        canceller.start()
+
+    signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        yield interrupted
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        for canceller in cancelling:
+            canceller.join(timeout=CANCEL_JOIN_S)
+

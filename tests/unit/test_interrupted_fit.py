@@ -1,0 +1,111 @@
+"""Ctrl-C during a fit (issue 32, item 12): the stage is cancelled and the fit raises
+KeyboardInterrupt, not "barrier stage failed before any task reported an error".
+
+Reproduced on a local-cluster: PySpark's SIGINT handler calls cancelAllJobs through Py4J
+from the main thread, which is inside the Py4J call collecting the stage; the nested call
+fails ("RuntimeError: reentrant call inside <_io.BufferedReader>"), a Py4JError ends the
+collect instead of KeyboardInterrupt, and sparktf took it for a failed stage."""
+
+import os
+import signal
+import threading
+
+import pytest
+
+from sparktf._driver import failures, launch
+from sparktf.errors import SparkTFError
+
+
+class _Session:
+    """The session's job tags as ``launch._collect`` uses them, recorded."""
+
+    def __init__(self):
+        self.cancelled = threading.Event()
+        self.cancels: list[str] = []
+
+    def add_tag(self, tag):
+        pass
+
+    def remove_tag(self, tag):
+        pass
+
+    def cancel_tag(self, tag):
+        self.cancels.append(tag)
+        self.cancelled.set()
+
+
+class _Job:
+    """A barrier job's collect: the user presses Ctrl-C ``presses`` times while it runs; it
+    ends when Spark cancels it, or after ``runs_s`` on its own with ``rows``."""
+
+    def __init__(self, session: _Session, presses: int = 1, runs_s: float = 30.0, rows=()):
+        self.session, self.presses, self.runs_s, self.rows = session, presses, runs_s, rows
+
+    def collect(self):
+        for _ in range(self.presses):
+            os.kill(os.getpid(), signal.SIGINT)  # handled in this (the main) thread
+        if self.session.cancelled.wait(self.runs_s):
+            raise RuntimeError("An error occurred while calling o129.collectToPython.\n: "
+                               "org.apache.spark.SparkException: Job 3 cancelled part of "
+                               "cancelled job tags sparktf-0123456789ab")
+        return list(self.rows)
+
+
+def _pyspark_like_handler(signum, frame):
+    """What PySpark's handler amounts to while the main thread is inside Py4J."""
+    raise RuntimeError("reentrant call inside <_io.BufferedReader name=3>")
+
+
+@pytest.fixture
+def pyspark_handler():
+    previous = signal.signal(signal.SIGINT, _pyspark_like_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_cancels_the_stage_and_raises_keyboard_interrupt(pyspark_handler):
+    session = _Session()
+    with pytest.raises(KeyboardInterrupt, match=r"TFEstimator.fit was interrupted \(Ctrl-C\); "
+                                                r"its barrier stage was cancelled"):
+        launch._collect(session, _Job(session), None, "TFEstimator.fit", "sparktf-tag")
+    assert session.cancels == ["sparktf-tag"]  # this stage's jobs, not every job
+    assert signal.getsignal(signal.SIGINT) is _pyspark_like_handler  # put back
+
+
+def test_ctrl_c_as_the_stage_ends_on_its_own_still_stops_the_fit(pyspark_handler):
+    session = _Session()
+    job = _Job(session, runs_s=0.0, rows=[{"rank": 0}])
+    with pytest.raises(KeyboardInterrupt, match="interrupted"):
+        launch._collect(session, job, None, "sparktf.run", "sparktf-tag")
+
+
+def test_a_second_ctrl_c_stops_waiting_for_the_cancellation(pyspark_handler):
+    session = _Session()
+    with pytest.raises(KeyboardInterrupt, match="Ctrl-C twice"):
+        launch._collect(session, _Job(session, presses=2), None, "sparktf.run", "t")
+    assert signal.getsignal(signal.SIGINT) is _pyspark_like_handler
+
+
+def test_a_fit_outside_the_main_thread_leaves_sigint_alone(pyspark_handler):
+    session, out = _Session(), []
+    job = _Job(session, presses=0, runs_s=0.0, rows=[{"rank": 0}])
+    thread = threading.Thread(target=lambda: out.append(
+        launch._collect(session, job, None, "sparktf.run", "t")))
+    thread.start()
+    thread.join(10)
+    assert out == [[{"rank": 0}]] and signal.getsignal(signal.SIGINT) is _pyspark_like_handler
+
+
+def test_a_stage_cancelled_from_outside_the_fit_says_so_and_is_not_relaunched():
+    """The Spark UI's kill link, or a cancelAllJobs from another thread (PySpark's own
+    Ctrl-C handler, when the fit runs in another thread than the main one)."""
+    spark_said = ("An error occurred while calling o129.collectToPython.\n: "
+                  "org.apache.spark.SparkException: Job 7 cancelled as part of cancellation "
+                  "of all jobs\n\tat org.apache.spark.scheduler.DAGScheduler...")
+    error = failures.translate(Exception(spark_said), {}, "TFEstimator.fit")
+    assert type(error) is SparkTFError
+    assert "TFEstimator.fit's barrier stage was cancelled before it finished" in str(error)
+    assert "Spark said: org.apache.spark.SparkException: Job 7 cancelled as part of " \
+           "cancellation of all jobs" in str(error)
+    assert "failed before any task reported an error" not in str(error)
+    assert not failures.FailurePolicy(max_retries=3).decide(error, 0).retry
