@@ -131,4 +131,19 @@ class EventClient:
         return self
 
     def __exit__(self, *exc) -> None:
+        self._say_bye()
         self.close()
+
+    def _say_bye(self) -> None:
+        """Tells the driver this connection ends on purpose (the task is done, or raises
+        through Spark), not lost mid-job: a lost task ends the exchange it was due in.
+        Never blocks: a driver that does not read hears the close instead."""
+        if not self._sending.acquire(blocking=False):
+            return  # another thread is mid-line: a goodbye now would garble it
+        try:
+            if self._sock is not None:
+                self._sock.send(encode({"kind": "bye", "rank": self.rank}), socket.MSG_DONTWAIT)
+        except OSError:
+            pass
+        finally:
+            self._sending.release()

@@ -1,10 +1,13 @@
 """The driver's end of the task -> driver event channel (see ``sparktf._protocol.client``).
 
 One server per job, bound to the driver's own address on a kernel-chosen port,
-accepting only connections that present the job's random secret. Besides receiving
-events it is the tasks' meeting point: the address exchange (``gather``) and the
-exit barrier (``done``) take milliseconds here, where Spark's ``allGather`` and
-``barrier`` take about a second each.
+accepting only connections that present the job's random secret. Anyone who reaches
+the port can connect, so until a peer has presented the secret it gets a few KB and a
+few seconds, and the job's connections are capped: a peer without the secret can hold
+neither the driver's memory nor its connections. Besides receiving events it is the
+tasks' meeting point: the address exchange (``gather``) and the exit barrier
+(``done``) take milliseconds here, where Spark's ``allGather`` and ``barrier`` take
+about a second each.
 
 Two threads serve every connection, however many tasks a job has: an asyncio loop
 reads and answers them all (a task that waits at a barrier is a suspended coroutine,
@@ -16,6 +19,7 @@ hands the events to the driver's handler in arrival order, so that a slow handle
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import hmac
 import logging
@@ -37,6 +41,17 @@ GATHER_GRACE_S = 30.0
 # clients' 10 s connect timeout, bench/channel_bench.py).
 LISTEN_BACKLOG = 1024
 MAX_LINE = 64 * 1024 * 1024  # an event line (a traceback, a log tail) is far smaller
+# A task sends its first line, {"secret": ..., "rank": ...} (under 100 bytes), as soon as
+# it connects. Before that line has shown the secret a peer is anyone who reached the
+# port: the driver reads at most this much of it, for at most this long, then drops it.
+HELLO_MAX_BYTES = 4096
+HELLO_DEADLINE_S = 10.0
+# Connections a job holds open at most: every task's own and one of its TensorFlow
+# process's (the evaluator's and the parameter-server chief's waits), plus this margin
+# (connections of a task attempt that Spark is still killing). Beyond it, a connection
+# is closed at once.
+CONNECTION_MARGIN = 8
+READ_CHUNK = 64 * 1024  # what one read takes off a connection (asyncio's buffer: 2x this)
 SHUTDOWN_S = 10.0  # how long shutting down waits for the connections to end
 
 EventHandler = Callable[[dict[str, Any]], None]
@@ -60,7 +75,12 @@ class _Job:
         self.closing = False
         self.hung_up = False
         self.ranks: set[int] = set()  # ranks that presented the secret
+        self.live: collections.Counter[int] = collections.Counter()  # rank -> open connections
+        self.dropped: set[int] = set()  # ranks whose last connection ended without a goodbye
         self.any_connected = False
+        self.max_connections = 2 * num_tasks + CONNECTION_MARGIN
+        self.refused: collections.Counter[str] = collections.Counter()  # why -> connections
+        self.giving_up = False  # a rank was lost mid-exchange: the job is being ended
         self.gathered: dict[int, dict[int, str]] = {}  # round -> rank -> value
         self.gather_fallback = False  # every task exchanges through Spark instead
         self.epoch = 0
@@ -78,63 +98,128 @@ class _Job:
     # ------------------------------------------------------------------ one connection
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        if len(self.open) >= self.max_connections:
+            self._refuse(writer, "over the cap", f"came while {len(self.open)} connections were "
+                         f"open, the most a job of {self.num_tasks} task(s) holds (2 a task "
+                         f"and {CONNECTION_MARGIN})")
+            writer.close()
+            return
         self.handlers.add(asyncio.current_task())
         self.open.add(writer)
         try:
             if self.hung_up:
                 _shut(writer)  # a task that connects after the job ended hears so at once
-            await self._converse(reader, writer)
-        except (OSError, ValueError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
-            pass  # the task hung up, or the driver did (the job ended)
+            await self._converse(_Lines(reader), writer)
+        except (OSError, ValueError):
+            pass  # the task hung up, or the driver did (the job ended), or a line too long
         finally:
-            self.open.discard(writer)
+            self.open.discard(writer)  # before the close: a peer that sees it may reconnect
             self.handlers.discard(asyncio.current_task())
             writer.close()
 
-    async def _converse(self, reader, writer) -> None:
+    async def _converse(self, lines: _Lines, writer) -> None:
+        hello = await self._authenticate(lines, writer)
+        if hello is None:
+            return
+        rank = hello.get("rank")
+        if isinstance(rank, bool) or not isinstance(rank, int):
+            rank = None
+        await self._note(self._connect, rank)
+        said_bye = False
         try:
-            hello = decode(await reader.readline())
-        except ValueError:
-            return
-        if not hmac.compare_digest(str(hello.get("secret", "")), self.secret):
-            peer = writer.get_extra_info("peername") or ("?",)
-            logger.warning("sparktf: refused an event connection from %s without the job's "
-                           "secret", peer[0])
-            return
-        await self._note(self._connect, hello.get("rank"))
-        while line := await reader.readline():
-            try:
-                event = decode(line)
-            except ValueError:
-                continue
-            kind = event.get("kind")
-            if kind == "done":
-                if not await self.wait_all_done(int(event.get("rank", -1))):
-                    return  # shutting down: no release
-            elif kind in _REQUESTS:  # a blocking question: the answer is the reply
-                writer.write(encode(await _REQUESTS[kind](self, event)))
-                await writer.drain()
-                continue
-            else:
-                if kind == "epoch":
-                    await self._note(self._set_epoch, int(event.get("epoch", 0)))
-                elif kind == "serving":
-                    await self._note(self.serving.add, int(event.get("rank", -1)))
-                # in arrival order, and handled before it is acknowledged: a task that
-                # has the ack knows its report is on the driver
-                await asyncio.get_running_loop().run_in_executor(
-                    self.dispatcher, self.on_event, event)
-            if event.get("ack"):
-                writer.write(ACK)
-                await writer.drain()
-            if kind == "error":  # acknowledged first: the task knows its report landed
-                await self.end_job()
+            while line := await lines.next(MAX_LINE):
+                try:
+                    event = decode(line)
+                except ValueError:
+                    continue
+                if not isinstance(event, dict):
+                    continue
+                kind = event.get("kind")
+                if kind == "bye":  # the task ends on purpose; its error, if any, goes via Spark
+                    said_bye = True
+                elif kind == "done":
+                    if not await self.wait_all_done(int(event.get("rank", -1))):
+                        return  # shutting down: no release
+                elif kind in _REQUESTS:  # a blocking question: the answer is the reply
+                    writer.write(encode(await _REQUESTS[kind](self, event)))
+                    await writer.drain()
+                    continue
+                else:
+                    if kind == "epoch":
+                        await self._note(self._set_epoch, int(event.get("epoch", 0)))
+                    elif kind == "serving":
+                        await self._note(self.serving.add, int(event.get("rank", -1)))
+                    # in arrival order, and handled before it is acknowledged: a task that
+                    # has the ack knows its report is on the driver
+                    await asyncio.get_running_loop().run_in_executor(
+                        self.dispatcher, self.on_event, event)
+                if event.get("ack"):
+                    writer.write(ACK)
+                    await writer.drain()
+                if kind == "error":  # acknowledged first: the task knows its report landed
+                    await self.end_job()
+        finally:
+            if rank is not None:
+                await self._note(self._disconnect, rank, said_bye)
 
-    def _connect(self, rank) -> None:
+    async def _authenticate(self, lines: _Lines, writer) -> dict | None:
+        """The peer's first line once it has shown the job's secret; None for a peer that
+        did not (dropped: ``HELLO_MAX_BYTES``, ``HELLO_DEADLINE_S``)."""
+        try:
+            line = await asyncio.wait_for(lines.next(HELLO_MAX_BYTES), HELLO_DEADLINE_S)
+        except asyncio.TimeoutError:
+            self._refuse(writer, "silent", f"sent no first line within {HELLO_DEADLINE_S:g} s")
+            return None
+        except ValueError:
+            self._refuse(writer, "too long", f"sent over {HELLO_MAX_BYTES} bytes without a "
+                                             "line break")
+            return None
+        if not line:
+            return None  # connected and hung up at once (a port check): nothing to hold
+        try:
+            hello = decode(line)
+        except ValueError:
+            hello = None
+        secret = str(hello.get("secret", "")) if isinstance(hello, dict) else ""
+        if not hmac.compare_digest(secret.encode("utf-8"), self.secret.encode("utf-8")):
+            self._refuse(writer, "no secret", "sent a first line without the job's secret")
+            return None
+        return hello
+
+    def _refuse(self, writer, why: str, what: str) -> None:
+        """Counts a connection dropped before it showed the secret; logs the job's first
+        only (a peer that keeps trying must not flood the driver's log; ``summary``)."""
+        self.refused[why] += 1
+        if sum(self.refused.values()) == 1:
+            peer = writer.get_extra_info("peername") or ("?",)
+            logger.warning(
+                "sparktf: the driver's event channel dropped a connection from %s: it %s. "
+                "Only this job's tasks connect there, each presenting the job's secret at "
+                "once: something else reaches the driver's port. Further connections dropped "
+                "are counted, and told once when the job ends.", peer[0], what)
+
+    def summary(self) -> None:
+        """One line at the job's end when more than one connection was dropped."""
+        if sum(self.refused.values()) > 1:
+            logger.warning("sparktf: the driver's event channel dropped %d connections during "
+                           "this job (%s).", sum(self.refused.values()),
+                           ", ".join(f"{why}: {n}" for why, n in sorted(self.refused.items())))
+
+    def _connect(self, rank: int | None) -> None:
         self.any_connected = True
-        if isinstance(rank, int):
+        if rank is not None:
             self.ranks.add(rank)
+            self.live[rank] += 1
         self.connected.set()
+
+    def _disconnect(self, rank: int, said_bye: bool) -> None:
+        self.live[rank] -= 1
+        if self.live[rank] > 0:
+            return
+        if said_bye:
+            self.dropped.discard(rank)
+        else:
+            self.dropped.add(rank)
 
     def _set_epoch(self, epoch: int) -> None:
         self.epoch = max(self.epoch, epoch)
@@ -147,7 +232,7 @@ class _Job:
         await self._until(lambda: len(self.done) >= self.num_tasks or self.closing)
         return not self.closing or len(self.done) >= self.num_tasks
 
-    async def gather(self, rank: int, value: str, round_: int = 0) -> dict:
+    async def gather(self, rank: int, value: str, round_: int = 0, what: str = "") -> dict:
         """An exchange among the tasks (round 0 their addresses, round 1 their rows): waits
         until every task has sent its ``value`` of that round, then answers
         ``{"values": [...]}`` in rank order (what Spark's ``allGather`` returns).
@@ -156,7 +241,9 @@ class _Job:
         task has connected within ``GATHER_GRACE_S`` of the first request: one of them
         cannot reach this channel and will call ``allGather``, so every task must. The
         answer is the same for every task of the job, and the server's shutdown (the job
-        ended) ends the wait.
+        ended) ends the wait. A task that connected, then lost its connection before
+        sending its value (``what``), would never send it: the wait ends at once, the
+        driver hears an error naming it and the round, and the job ends.
         """
         def everyone(collection) -> bool:
             return len(collection) >= self.num_tasks
@@ -167,14 +254,47 @@ class _Job:
             await self._until(lambda: everyone(self.ranks) or self.gather_fallback
                               or self.closing, GATHER_GRACE_S)
         except asyncio.TimeoutError:
-            await self._note(setattr, self, "gather_fallback", True)
+            await self._note(self._fall_back)
         await self._until(lambda: everyone(gathered) or self.gather_fallback
-                          or self.closing)
+                          or self.closing or bool(self._lost(gathered)))
         if self.closing:
             return {"ended": True}  # the job has ended (a task failed): no exchange
-        if self.gather_fallback or not everyone(gathered):
+        if self.gather_fallback:
             return {"fallback": True}
-        return {"values": [gathered[r] for r in range(self.num_tasks)]}
+        if everyone(gathered):
+            return {"values": [gathered[r] for r in range(self.num_tasks)]}
+        await self._give_up(self._lost(gathered), sorted(gathered), round_, what)
+        return {"ended": True}
+
+    def _fall_back(self) -> None:
+        # checked again here, on the loop: the last task may have connected just as the
+        # grace ended, and then some of its peers may already have the values
+        if len(self.ranks) < self.num_tasks:
+            self.gather_fallback = True
+
+    def _lost(self, gathered: dict) -> list[int]:
+        """Ranks that connected, then lost every connection without a goodbye, before
+        sending their value of this round: they will never send it."""
+        return sorted(r for r in self.dropped if r not in gathered and self.live[r] <= 0)
+
+    async def _give_up(self, lost: list[int], waiting: list[int], round_: int,
+                       what: str) -> None:
+        """Ends the job for an exchange that cannot complete; the driver hears why first."""
+        if self.giving_up or self.closing:
+            return  # a peer that waited too has already reported it
+        self.giving_up = True
+        message = (
+            f"rank(s) {lost} lost the connection to the driver's event channel before "
+            f"sending their {what or 'value'} for the tasks' exchange (round {round_}), "
+            f"while rank(s) {waiting} waited for it: the task's process died, or its network "
+            "to the driver failed. The job was ended; that task's executor log tells why it "
+            "ended.")
+        for rank in lost:
+            await asyncio.get_running_loop().run_in_executor(
+                self.dispatcher, self.on_event,
+                {"kind": "error", "rank": rank, "role": "?", "message": message,
+                 "traceback": "", "log_tail": "", "lost_channel": True})
+        await self.end_job()
 
     async def await_epoch(self, rank: int, after: int) -> dict:
         """Waits until an epoch after ``after`` is reported or every other task is done.
@@ -218,11 +338,43 @@ class _Job:
 _REQUESTS = {
     "gather": lambda job, event: job.gather(int(event.get("rank", -1)),
                                             str(event.get("value", "")),
-                                            int(event.get("round", 0))),
+                                            int(event.get("round", 0)),
+                                            str(event.get("what", ""))),
     "await_serving": lambda job, event: job.await_serving(int(event.get("count", 0))),
     "await_epoch": lambda job, event: job.await_epoch(int(event.get("rank", -1)),
                                                       int(event.get("after", 0))),
 }
+
+
+class _Lines:
+    """A connection's lines, each read with its own bound. asyncio's ``readline`` buffers a
+    line up to the reader's one limit before any check, and a peer's first line must be
+    held to a few KB while a task's later lines (a traceback, a log tail) may be long."""
+
+    def __init__(self, reader: asyncio.StreamReader):
+        self._reader = reader
+        self._buffer = bytearray()
+        self._searched = 0  # the buffer's bytes already known to hold no line break
+
+    async def next(self, limit: int) -> bytes:
+        """The next line, its break included; b"" at the end of the stream. ValueError for a
+        line over ``limit`` bytes, as soon as that many have come without a break."""
+        while True:
+            end = self._buffer.find(b"\n", self._searched)
+            if end >= 0:
+                if end >= limit:
+                    raise ValueError(f"a line of {end + 1} bytes, over {limit}")
+                line = bytes(self._buffer[:end + 1])
+                del self._buffer[:end + 1]
+                self._searched = 0
+                return line
+            self._searched = len(self._buffer)
+            if len(self._buffer) > limit:
+                raise ValueError(f"over {limit} bytes without a line break")
+            chunk = await self._reader.read(READ_CHUNK)
+            if not chunk:
+                return b""  # the peer hung up (a partial last line is no event)
+            self._buffer += chunk
 
 
 def _shut(writer: asyncio.StreamWriter) -> None:
@@ -296,7 +448,7 @@ class EventServer:
     def __enter__(self) -> "EventServer":
         self._thread.start()
         self._listening = self._call(asyncio.start_server(
-            self._job.serve, sock=self._sock, limit=MAX_LINE))
+            self._job.serve, sock=self._sock, limit=READ_CHUNK))
         return self
 
     def _call(self, coroutine):
@@ -320,6 +472,7 @@ class EventServer:
                 for waiter in self._waiters:
                     waiter.join(timeout=SHUTDOWN_S)
                 self._call(self._hang_up())
+                self._job.summary()
         finally:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=SHUTDOWN_S)

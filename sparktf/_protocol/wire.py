@@ -4,10 +4,13 @@ process uses on its stdout to reach the driver through its task.
 The channel is a plain TCP connection to a server the driver starts for one job
 (``sparktf._protocol.server``; the task's end is ``sparktf._protocol.client``).
 The first line a task sends is the job's secret; the server drops any connection
-that does not present it. Each event is one JSON line. Events that must arrive
-before the task goes on (a failure report, sent just before the task raises)
-are acknowledged; requests (the address exchange, the exit barrier, the
-evaluator's and parameter-server chief's waits) are answered with one line.
+that does not present it within a few KB and seconds. Each event is one JSON
+line. Events that must arrive before the task goes on (a failure report, sent
+just before the task raises) are acknowledged; requests (the address exchange,
+the exit barrier, the evaluator's and parameter-server chief's waits) are
+answered with one line. A client that ends its connection on purpose says so
+last (``{"kind": "bye"}``): a task whose connection ends without it has lost
+the channel.
 A task's TensorFlow process writes its events to stdout behind ``EVENT_MARKER``
 and its task relays them.
 """

@@ -98,12 +98,14 @@ def _run(spec: TaskSpec, batches, barrier, rank: int, role, events: EventClient)
             if spec.parquet_uri:
                 batches = _parquet_share(spec, rank)
             intake = _Intake(spec, batches, workdir, child) if spec.columns else None
+            exchange = _Exchange(events, barrier)
             try:
                 ctx, everyone_connected = _form_cluster(spec, barrier, rank, role, devices,
-                                                        assigned, events, intake)
+                                                        assigned, exchange, events.connected,
+                                                        intake)
                 child.start(ctx)
                 events.phase("cluster formed")
-                share = _share_rows(spec, barrier, rank, role, events, intake) \
+                share = _share_rows(spec, exchange, rank, role, events, intake) \
                     if intake else arrival.Share()
                 if intake:
                     child.tell({"share": share.as_json()})
@@ -155,16 +157,17 @@ class _Intake:
         self._thread.join()
 
 
-def _form_cluster(spec, barrier, rank, role, devices, assigned, events: EventClient,
-                  intake: _Intake | None) -> tuple[TaskContext, bool]:
-    """Exchanges addresses (``_all_gather``); every task derives the same spec. The rows
-    are still arriving: the context holds an ``arrival.Pending`` share (no input: none).
+def _form_cluster(spec, barrier, rank, role, devices, assigned, exchange: _Exchange,
+                  connected: bool, intake: _Intake | None) -> tuple[TaskContext, bool]:
+    """Exchanges addresses (the first round of ``exchange``); every task derives the same
+    spec. The rows are still arriving: the context holds an ``arrival.Pending`` share (no
+    input: none).
 
-    Also returns whether every task reached the driver's event channel (then the
-    exit barrier goes through it)."""
+    Also returns whether every task reached the driver's event channel (``connected``
+    for this one; then the exit barrier goes through it)."""
     host = barrier.getTaskInfos()[rank].address.rsplit(":", 1)[0]
-    mine = {"address": f"{host}:{cluster.pick_port()}", "channel": events.connected}
-    gathered = [json.loads(g) for g in _all_gather(events, barrier, json.dumps(mine), 0)]
+    mine = {"address": f"{host}:{cluster.pick_port()}", "channel": connected}
+    gathered = [json.loads(g) for g in exchange.all_gather(json.dumps(mine), "addresses")]
     spec_dict = cluster.build_cluster_spec(spec.roles, [g["address"] for g in gathered])
     ctx = TaskContext(jobName=role.job_name, taskIndex=role.task_index, rank=rank,
                       clusterSpec=spec_dict, numWorkers=spec.num_workers, numPs=spec.num_ps,
@@ -174,7 +177,7 @@ def _form_cluster(spec, barrier, rank, role, devices, assigned, events: EventCli
     return ctx, all(g["channel"] for g in gathered)
 
 
-def _share_rows(spec, barrier, rank, role, events: EventClient,
+def _share_rows(spec, exchange: _Exchange, rank, role, events: EventClient,
                 intake: _Intake) -> arrival.Share:
     """Once this task's rows are in: exchanges row counts, column descriptions and the row
     checks' counts with every task; refuses rows the feed or the checks cannot take."""
@@ -187,7 +190,7 @@ def _share_rows(spec, barrier, rank, role, events: EventClient,
             "validation_rows": held_out.num_rows if held_out else 0,
             "checks": counts.as_dict() if counts is not None else None,
             "feed": _describe(shard, held_out)}
-    gathered = [json.loads(g) for g in _all_gather(events, barrier, json.dumps(mine), 1)]
+    gathered = [json.loads(g) for g in exchange.all_gather(json.dumps(mine), "row counts")]
     problem = (row_checks.problem(spec.row_checks, [g["checks"] for g in gathered],
                                   sum(g["rows"] for g in gathered),
                                   sum(g["validation_rows"] for g in gathered))
@@ -221,19 +224,41 @@ def _merged_feed(described: list) -> dict:
     return {name: columns.merge(infos) for name, infos in found.items()}
 
 
-def _all_gather(events: EventClient, barrier, message: str, round_: int) -> list[str]:
-    """Every task's ``message`` in rank order: through the driver's event channel (a few
-    milliseconds) when every task reaches it, else through Spark's ``allGather`` (about a
-    second). The driver answers every task alike, so all of them take the same road.
-    ``round_``: the task's exchanges are numbered (0: addresses, 1: rows)."""
-    if events.connected:
-        reply = events.request({"kind": "gather", "value": message, "round": round_})
-        if reply is None or reply.get("ended"):
-            raise JobEnded("the driver ended the job while the tasks exchanged their "
-                           "addresses")
-        if "values" in reply:
-            return reply["values"]
-    return barrier.allGather(message)
+class _Exchange:
+    """The task's exchanges with every other task, in rounds (0: addresses, 1: row counts),
+    each giving every task's message in rank order: through the driver's event channel (a
+    few milliseconds) when every task reaches it, else through Spark's ``allGather`` (about
+    a second).
+
+    The driver answers the first round alike for every task, and every later round goes
+    the way the first went: a task that loses the channel in between ends (the driver,
+    seeing its connection end, names it to the others and ends the job) instead of waiting
+    in ``allGather`` alone while the others wait on the channel.
+    """
+
+    def __init__(self, events: EventClient, barrier):
+        self._events, self._barrier = events, barrier
+        self._rounds = 0
+        self._through_spark: bool | None = None  # decided in the first round
+
+    def all_gather(self, message: str, what: str) -> list[str]:
+        """Every task's ``message`` for this round (``what`` it carries, for errors)."""
+        round_ = self._rounds
+        self._rounds += 1
+        if self._through_spark is None:
+            # a task that cannot reach the channel goes through Spark; once the driver sees
+            # that a task never connected, it sends every other task the same way
+            self._through_spark = not self._events.connected
+        if not self._through_spark:
+            reply = self._events.request({"kind": "gather", "value": message, "round": round_,
+                                          "what": what})
+            if reply is None or reply.get("ended"):
+                raise JobEnded(f"the driver's event channel closed during the tasks' exchange "
+                               f"of {what} (round {round_}): the job has ended")
+            if "values" in reply:
+                return reply["values"]
+            self._through_spark = True  # the driver's fallback: every task, every round
+        return self._barrier.allGather(message)
 
 
 def task_devices(role: cluster.Role, assigned: list[str], use_gpu, inherited: str | None) -> str:
