@@ -67,6 +67,20 @@ def child_env(spec, devices: str, cpus: int) -> dict[str, str]:
     return env
 
 
+def _marked_event(line: str) -> dict | None:
+    """The event a line of the process's output carries behind ``EVENT_MARKER``; None for
+    any other line. A marked line that holds no event (cut short, or the user's own
+    output that happens to start so) is output like any other: it must not end the relay,
+    whose end would leave the process unreleased."""
+    if not line.startswith(EVENT_MARKER):
+        return None
+    try:
+        event = json.loads(line[len(EVENT_MARKER):])
+    except ValueError:
+        return None
+    return event if isinstance(event, dict) else None
+
+
 class TaskProcess:
     """The process that runs ``main_fn``: asked of the spare (or started) early, given its
     payload, released late."""
@@ -253,8 +267,8 @@ class TaskProcess:
                 self.proc.stdin.close()
 
     def _relay(self, line: str, forward: bool, to_driver: bool) -> None:
-        if line.startswith(EVENT_MARKER):
-            event = json.loads(line[len(EVENT_MARKER):])
+        event = _marked_event(line)
+        if event is not None:
             if event.get("rank") is None:
                 event["rank"] = self.rank
             if self.dog is not None and event.get("kind") == "heartbeat":
