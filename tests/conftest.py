@@ -24,6 +24,26 @@ os.environ["SPARK_CONF_DIR"] = os.path.join(ROOT, "tests", "spark-conf")
 RUN_TAG = "SPARKTF_TEST_RUN"
 os.environ.setdefault(RUN_TAG, uuid.uuid4().hex)
 
+
+
+def local_cluster(executors: int, app_name: str):
+    """A real multi-executor Spark (local-cluster: one core and 1 GB a separate executor
+    JVM), as the integration and generated tests use it; ``stop()`` it when done."""
+    from pyspark.sql import SparkSession
+
+    # sparktf must arrange the executors' Python itself: tests do not set PYSPARK_PYTHON.
+    os.environ.pop("PYSPARK_PYTHON", None)
+    session = (SparkSession.builder.master(f"local-cluster[{executors},1,1024]")
+               .appName(app_name)
+               .config("spark.ui.enabled", "false")
+               .config("spark.driver.memory", "1g")
+               .config("spark.sql.shuffle.partitions", str(2 * executors))
+               .config("spark.python.worker.reuse", "true")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
 CHILD_MARKER = "sparktf.runtime.child"
 SPARE_NAME = "sparktf-spare"  # sparktf.runtime.spare.SPARE_NAME
 

@@ -50,6 +50,9 @@ def barrier_job(session: sessions.Session, frame, num_tasks: int,
                             profile=profile)
 
 
+ORDER_COLUMN = "__sparktf_order"  # the frame's row order, through the shuffle
+
+
 def shuffled(df, num_tasks: int):
     """``df`` in ``num_tasks`` partitions behind a shuffle: a plan any barrier stage accepts.
 
@@ -63,9 +66,6 @@ def shuffled(df, num_tasks: int):
     numbered = df.withColumn(ORDER_COLUMN, F.monotonically_increasing_id())
     return (numbered.repartitionByRange(num_tasks, ORDER_COLUMN)
             .sortWithinPartitions(ORDER_COLUMN).drop(ORDER_COLUMN))
-
-
-ORDER_COLUMN = "__sparktf_order"
 
 
 def is_barrier_chain_error(exc: BaseException) -> bool:

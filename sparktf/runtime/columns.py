@@ -159,16 +159,21 @@ def spill_array(arr: pa.Array, name: str) -> pa.Array:
 
 def rows_with_null_elements(arr: pa.Array) -> np.ndarray:
     """Which rows of a (nested) array column hold a null element at any depth."""
+    return rows_holding(arr, lambda values: values.is_null().to_numpy(zero_copy_only=False))
+
+
+def rows_holding(arr: pa.Array, marks) -> np.ndarray:
+    """Which rows of a (nested) array column hold an element that ``marks`` (values of
+    one level, flattened -> bool array, or None) marks, at any depth below the rows."""
     marked = np.zeros(len(arr), dtype=bool)
-    if not is_list_type(arr.type):
-        return marked
     inner, parents = arr, []
     while is_list_type(inner.type):
         parents.append(np.repeat(np.arange(len(inner)), _lengths(inner)))
         inner = inner.flatten()
-        if inner.null_count:
-            where = np.flatnonzero(inner.is_null().to_numpy(zero_copy_only=False))
-            for parent in reversed(parents):
+        found = marks(inner)
+        if found is not None and found.any():
+            where = np.flatnonzero(found)
+            for parent in reversed(parents):  # up to the top-level row
                 where = parent[where]
             marked[where] = True
     return marked

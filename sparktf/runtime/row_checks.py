@@ -15,9 +15,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable, Iterator
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from sparktf.runtime import columns
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,8 +72,8 @@ def _count(values: pa.Array, negative: bool) -> int:
     array column (labels), the rows holding such a value anywhere inside."""
     if isinstance(values, pa.ChunkedArray):
         return sum(_count(chunk, negative) for chunk in values.chunks)
-    if _is_list(values.type):
-        return _count_rows_inside(values)
+    if columns.is_list_type(values.type):
+        return int(columns.rows_holding(values, _nonfinite).sum())
     bad = None
     if pa.types.is_floating(values.type):
         bad = pc.invert(pc.is_finite(values))
@@ -84,28 +85,11 @@ def _count(values: pa.Array, negative: bool) -> int:
     return int(pc.sum(pc.fill_null(bad, False).cast(pa.int64())).as_py() or 0)
 
 
-def _is_list(t: pa.DataType) -> bool:
-    return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
-
-
-def _count_rows_inside(values: pa.Array) -> int:
-    """Rows of a (nested) list array with a NaN or infinite number inside."""
-    leaf, parents = values, []
-    while _is_list(leaf.type):
-        parents.append(leaf.value_parent_indices() if not pa.types.is_fixed_size_list(leaf.type)
-                       else _fixed_parents(leaf))
-        leaf = leaf.flatten()
-    if not pa.types.is_floating(leaf.type) or not len(leaf):
-        return 0
-    bad = pc.invert(pc.fill_null(pc.is_finite(leaf), True))
-    where = pc.indices_nonzero(bad)
-    for parent in reversed(parents):  # the top-level row of each bad leaf
-        where = pc.take(parent, where)
-    return len(pc.unique(where))
-
-
-def _fixed_parents(values: pa.Array) -> pa.Array:
-    return pa.array(np.repeat(np.arange(len(values)), values.type.list_size))
+def _nonfinite(values: pa.Array):
+    """NaN or infinite numbers among one level of an array column's values."""
+    if not pa.types.is_floating(values.type):
+        return None
+    return pc.invert(pc.fill_null(pc.is_finite(values), True)).to_numpy(zero_copy_only=False)
 
 
 def problem(checks: RowChecks, counts: list[dict], training_rows: int | None = None,

@@ -9,6 +9,8 @@ import os
 import pytest
 from hypothesis import HealthCheck, settings
 
+from tests import conftest
+
 FUZZ = os.environ.get("SPARKTF_FUZZ") == "1"
 
 # derandomized: make test draws the same cases every run (a seeded budget)
@@ -25,17 +27,7 @@ def budget(make_test: int, fuzz: int) -> int:
 
 @pytest.fixture(scope="session")
 def spark():
-    from pyspark.sql import SparkSession
-
-    os.environ.pop("PYSPARK_PYTHON", None)
-    session = (SparkSession.builder.master("local-cluster[3,1,1024]")
-               .appName("sparktf-generated")
-               .config("spark.ui.enabled", "false")
-               .config("spark.driver.memory", "1g")
-               .config("spark.sql.shuffle.partitions", "3")
-               .config("spark.python.worker.reuse", "true")
-               .getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
+    session = conftest.local_cluster(3, "sparktf-generated")
     if session.sparkContext.master != "local-cluster[3,1,1024]":
         pytest.exit("tests/generated needs a SparkContext of its own (3 executors), but this "
                     f"process already has {session.sparkContext.master}: run it in a pytest "
