@@ -1,0 +1,78 @@
+"""Generated columns through Spark: random schemas of README "What your columns can be"
+(values with NaN, +-inf, unicode, empty strings and arrays, int64 extremes, nested and
+ragged arrays, sparse vectors) in a DataFrame over 1-3 tasks, read back by
+``ctx.dataset()`` in ``sparktf.run``, against the NumPy reference of
+``tests.column_cases``; and every kind the README refuses, refused on the driver with
+``InvalidInputError`` before any job. (``tests/unit/test_column_cases.py`` runs the
+same columns through the runtime in one process, with a larger budget.)"""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import sparktf
+from sparktf.errors import InvalidInputError
+from tests import column_cases
+from tests.column_cases import read_all
+from tests.generated.conftest import budget
+
+pytestmark = pytest.mark.timeout(3600)
+
+
+def read_columns(names, ctx):
+    # read_all itself, not the module: the module's Hypothesis strategies do not pickle
+    return read_all(ctx.dataset(batch_size=3), names)
+
+
+def _spark_value(kind, value):
+    if kind.ddl != "vector":
+        return value
+    from pyspark.ml.linalg import Vectors
+
+    if isinstance(value, list):
+        return Vectors.dense(value)
+    size, entries = value
+    return Vectors.sparse(size, dict(entries))
+
+
+def _frame(spark, chosen, rows, tasks):
+    from pyspark.ml.linalg import VectorUDT
+    from pyspark.sql import types as T
+
+    fields = [T.StructField("id", T.LongType())]
+    for name, kind in zip(column_cases.column_names(chosen), chosen):
+        dtype = VectorUDT() if kind.ddl == "vector" else T._parse_datatype_string(kind.ddl)
+        fields.append(T.StructField(name, dtype))
+    values = [(r[0], *[_spark_value(k, v) for k, v in zip(chosen, r[1:])]) for r in rows]
+    return spark.createDataFrame(values, T.StructType(fields)).repartition(tasks)
+
+
+@settings(max_examples=budget(10, 100))
+@given(column_cases.frames(), st.integers(1, 3))
+def test_any_columns_reach_ctx_dataset_through_spark(spark, frame, tasks):
+    chosen, rows = frame
+    names = column_cases.column_names(chosen)
+    results = sparktf.run(spark, read_columns, names, numWorkers=tasks,
+                          df=_frame(spark, chosen, rows, tasks))
+    read = {"rows": {}, "seen": {}}
+    for result in results:
+        read["rows"].update(result["rows"])
+        for name, seen in result["seen"].items():
+            read["seen"][name] = sorted({*map(tuple, read["seen"].get(name, [])),
+                                         *map(tuple, seen)})
+    for name in names:  # a task without rows yields no batch, and sees no tensor
+        read["seen"].setdefault(name, [])
+    assert column_cases.mismatches(chosen, rows, read) == []
+
+
+@pytest.mark.parametrize("ddl,value", [
+    ("map<string,double>", {"a": 1.0}), ("struct<a:double>", (1.0,)),
+    ("date", __import__("datetime").date(2020, 1, 2)),
+    ("timestamp", __import__("datetime").datetime(2020, 1, 2, 3, 4)),
+    ("array<struct<a:int>>", [(1,)])])
+def test_every_refused_kind_is_refused_on_the_driver(spark, ddl, value):
+    df = spark.createDataFrame([(0, value)], f"id bigint, c0 {ddl}")
+    jobs = spark.sparkContext.statusTracker().getJobIdsForGroup()
+    with pytest.raises(InvalidInputError, match="'c0'"):
+        sparktf.run(spark, read_columns, ["c0"], numWorkers=1, df=df)
+    assert spark.sparkContext.statusTracker().getJobIdsForGroup() == jobs  # no job ran
