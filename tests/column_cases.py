@@ -163,3 +163,27 @@ def mismatches(chosen, rows, read: dict) -> list[str]:
             if not same(got, want):
                 out.append(f"row {row[0]} {name} ({kind.name}): got {got!r}, want {want!r}")
     return out
+
+
+def width(kind: Kind, rows, column: int) -> int:
+    """The longest row of a ragged kind (at least 1): the length its model input declares."""
+    return max([1, *(len(r[column + 1]) for r in rows)])
+
+
+def input_shape(kind: Kind, rows, column: int) -> tuple:
+    """The row shape a model input declares for this kind (a scalar: ``()``)."""
+    if kind.ragged:
+        return (width(kind, rows, column),)
+    first = expect(kind, rows[0][column + 1])
+    return tuple(np.shape(first))
+
+
+def scored(kind: Kind, value, length: int | None) -> list[float]:
+    """What a model returning its input flattened as float64 (a string's byte length)
+    gives for this row; a ragged row padded at the end to ``length`` (0, or "")."""
+    values = expect(kind, value)
+    flat = list(np.ravel(np.asarray(values, dtype=object))) if isinstance(values, list) \
+        else [values]
+    if length is not None:
+        flat += [b"" if kind.dtype == "string" else 0] * (length - len(flat))
+    return [float(len(v)) if isinstance(v, bytes) else float(v) for v in flat]

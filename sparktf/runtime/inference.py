@@ -405,13 +405,14 @@ def _column(values, valid: np.ndarray, n: int, width: int | None, dtype: str) ->
         if values is not None and valid.any():
             full[valid] = np.asarray(values).reshape(int(valid.sum()), -1)[:, 0]
         return pa.array(full, mask=~valid)
-    k = np.asarray(values).reshape(len(values), -1).shape[1] if values is not None and \
-        len(values) else 0
+    list_type = pa.list_(pa.from_numpy_dtype(np.dtype(dtype)))
+    if values is None or not valid.any():  # no row of this batch was scored (all null)
+        return pa.nulls(n, list_type)
+    k = np.asarray(values).reshape(len(values), -1).shape[1]
     flat = np.zeros((n, k), dtype=dtype)
-    if values is not None and valid.any():
-        flat[valid] = np.asarray(values).reshape(int(valid.sum()), -1)
+    flat[valid] = np.asarray(values).reshape(int(valid.sum()), -1)
     fixed = pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), k, mask=mask)
-    return pc.cast(fixed, pa.list_(pa.from_numpy_dtype(np.dtype(dtype))))
+    return pc.cast(fixed, list_type)
 
 
 def _text_column(values, valid: np.ndarray, n: int, width: int | None) -> pa.Array:
