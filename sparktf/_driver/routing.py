@@ -58,13 +58,14 @@ def shuffled(df, num_tasks: int):
 
     A shuffle, not coalesce: barrier stages refuse RDD chains that change partition counts.
     The frame's order is kept (``shuffle=False`` means the frame's order, and a seed the
-    same history every run): the rows are numbered first, consecutive ranges of numbers
-    make the partitions, and each partition is sorted by them.
+    same history every run): the rows are numbered first, hash-partitioned by their
+    number, and each partition is sorted by it. (Not a range partitioning: its sampled
+    bounds can make fewer partitions than asked, and a barrier stage needs them all.)
     """
     from pyspark.sql import functions as F
 
     numbered = df.withColumn(ORDER_COLUMN, F.monotonically_increasing_id())
-    return (numbered.repartitionByRange(num_tasks, ORDER_COLUMN)
+    return (numbered.repartition(num_tasks, ORDER_COLUMN)
             .sortWithinPartitions(ORDER_COLUMN).drop(ORDER_COLUMN))
 
 

@@ -111,3 +111,10 @@ def test_shuffle_off_keeps_the_frames_order_through_the_added_shuffle(spark):
         keras_x, keras_y, batch_size=86, epochs=2, shuffle=False, verbose=0).history
     for history in histories:
         np.testing.assert_allclose(history["loss"], expected["loss"], rtol=1e-5)
+
+
+def test_the_added_shuffle_makes_every_task_even_with_fewer_rows_than_tasks(spark):
+    """A range partitioning of one row made one partition for a 2-task barrier stage
+    ("2 roles but 1 addresses"): the shuffle must give the stage all its tasks."""
+    df = spark.createDataFrame([(1.0,)], "x double").coalesce(1)
+    assert sorted(sparktf.run(spark, _rows_per_task, None, numWorkers=2, df=df)) == [0, 1]
