@@ -28,7 +28,7 @@ $(LOWEST_STAMP): pyproject.toml constraints-lowest.txt constraints.txt Makefile
 	$(LOWEST)/bin/python -m pip install --quiet --upgrade pip
 	$(LOWEST)/bin/python -m pip install --quiet -r constraints-lowest.txt
 	$(LOWEST)/bin/python -m pip install --quiet -c constraints-lowest.txt -e . \
-		$$(grep -E '^(pytest|pytest-timeout|iniconfig|pluggy)==' constraints.txt)
+		$$(grep -E '^(pytest|pytest-timeout|iniconfig|pluggy|hypothesis|sortedcontainers)==' constraints.txt)
 	$(LOWEST)/bin/python -m compileall -q -j 0 $(LOWEST)/lib > /dev/null || true
 	touch $(LOWEST_STAMP)
 
