@@ -292,7 +292,7 @@ def chunk_values(arr: pa.Array, name: str):
     else:
         lengths = arr.value_lengths().to_numpy(zero_copy_only=False)
         width = int(lengths[0]) if n else 0
-        if n and np.all(lengths == width):
+        if not n or np.all(lengths == width):
             lengths = None
     inner = arr.flatten()
     if is_list_type(inner.type):

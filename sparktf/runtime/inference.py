@@ -346,6 +346,8 @@ def run_model(fn, spec: ScoreSpec, batch: pa.RecordBatch, device: str = "/CPU:0"
     import tensorflow as tf
 
     valid = valid_rows(batch, [b.column for b in spec.inputs])
+    if not valid.any():  # every row null: no model call, null outputs
+        return {"valid": valid, "values": {}}
     rows = batch.filter(pa.array(valid)) if not valid.all() else batch
     arrays = {b.input_name: model_input(rows.column(b.column), b) for b in spec.inputs}
     results: dict[str, list] = collections.defaultdict(list)

@@ -100,6 +100,12 @@ def _scoring_case(chosen, rows):
 # found by it: a batch whose rows are all null failed an array output (list_size 0)
 @example(([column_cases.Kind("float", "float", column_cases.FLOATS, "float32")], [(0, 0.0)]),
          2, True)
+# found by make fuzz: a partition holding only the null row, with a nested-array column
+@example(([column_cases.Kind("tinyint", "tinyint", column_cases.FLOATS, "int8"),
+           column_cases.Kind("array<array<double>>[3,2]", "array<array<double>>",
+                             column_cases.DOUBLES, "float64")],
+          [(0, 2, [[1.0, -2.0], [3.0, 4.0], [5.0, 6.0]]), (1, 100, [[0.0, 0.0]] * 3)]),
+         2, True)
 def test_any_columns_score_through_transform_and_udf(spark, frame, tasks, null_row):
     chosen, rows = frame
     names = column_cases.column_names(chosen)

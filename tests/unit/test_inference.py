@@ -95,3 +95,23 @@ def test_environment_is_restored_exactly_after_the_block(monkeypatch):
         assert os.environ["SPARKTF_KEPT"] == os.environ["SPARKTF_ADDED"] == "inside"
     assert os.environ["SPARKTF_KEPT"] == "before"
     assert "SPARKTF_ADDED" not in os.environ
+
+
+def test_a_batch_whose_rows_are_all_null_calls_no_model_and_scores_null():
+    # found by make fuzz: a partition holding only the null row of a nested-array input
+    # failed ("zero-size array to reduction operation maximum") before reaching the model
+    batch = pa.RecordBatch.from_pydict({"n": pa.array([None, [[1.0, 2.0], None]],
+                                                      pa.list_(pa.list_(pa.float64())))})
+    spec = ScoreSpec("m", "serving_default", 10, (InputBinding("n", "n", (2, 2), "float64"),),
+                     outputs=(OutputBinding("y", "y", "vector", "float64"),))
+
+    def no_model(**_):
+        raise AssertionError("the model was called for a batch without a valid row")
+
+    outputs = inference.run_model(no_model, spec, batch)
+    assert outputs["valid"].tolist() == [False, False]
+    names, arrays = inference.output_arrays(2, spec, outputs)
+    assert names == ["y"] and arrays[0].to_pylist() == [None, None]
+    nested_empty = pa.array([], pa.list_(pa.list_(pa.float64())))
+    from sparktf.runtime import columns
+    assert columns.chunk_values(nested_empty, "n").shape[0] == 0
