@@ -50,17 +50,30 @@ def planned_batches(x, y, steps: list[np.ndarray], weights=None):
     return PlannedBatches()
 
 
-def keras_history(model_fn, hparams: dict, x, y, steps, epochs: int, weights=None,
-                  validation_steps=None) -> dict[str, list[float]]:
-    """Keras's own ``fit`` over the planned global ``steps``; with ``validation_steps``
-    (the held-out rows' global steps, from their own plan), those rows are evaluated
-    after each epoch in those batches, as ``validation_data``."""
+def consecutive_steps(parts: list[int], batch: int) -> list[np.ndarray]:
+    """The global steps of rows 0..n-1 held by the workers in consecutive runs of
+    ``parts`` rows (an ``identity_partitioned`` frame, ``shuffle=False``)."""
+    bounds = np.cumsum([0, *parts])
+    return global_batches([np.arange(a, b) for a, b in zip(bounds[:-1], bounds[1:])], batch)
+
+
+def keras_fit(model_fn, hparams: dict, x, y, steps, epochs: int, weights=None,
+              validation_steps=None):
+    """(model, history): Keras's own ``fit`` over the planned global ``steps``; with
+    ``validation_steps`` (the held-out rows' global steps, from their own plan), those
+    rows are evaluated after each epoch in those batches, as ``validation_data``."""
     model = model_fn(dict(hparams))
     validation = (planned_batches(x, y, validation_steps, weights)
                   if validation_steps else None)
     history = model.fit(planned_batches(x, y, steps, weights), epochs=epochs, shuffle=False,
                         verbose=0, validation_data=validation).history
-    return {k: [float(v) for v in values] for k, values in history.items()}
+    return model, {k: [float(v) for v in values] for k, values in history.items()}
+
+
+def keras_history(model_fn, hparams: dict, x, y, steps, epochs: int, weights=None,
+                  validation_steps=None) -> dict[str, list[float]]:
+    """The history of ``keras_fit``."""
+    return keras_fit(model_fn, hparams, x, y, steps, epochs, weights, validation_steps)[1]
 
 
 def differences(ours: dict, keras: dict) -> dict[str, float]:
