@@ -56,6 +56,10 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
     labelCol, labelCols : str, list of str
         A numeric or array label; or several, one per output of a multi-output model
         (matched to the outputs by name, else in order).
+    outputMapping : dict, optional
+        Carried to the ``TFModel``: signature output name -> column. Unset, each output of
+        a multi-output model goes to the column ``<output>_<predictionCol>``
+        (``price_prediction``), so that the model always scores.
     numWorkers, epochs, batchSize, learningRate, hyperParams, ...
         See ``explainParams()``.
 
@@ -82,7 +86,7 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                  modelDir=None, maxRetries=0, useGpu="auto", callbacks=None,
                  stallTimeout=600.0, evaluator=False, tensorboard=False, summarySteps=0,
                  taskCpus=None, taskGpus=None, weightCol=None, classWeight=None, verbose=1,
-                 labelCols=None):
+                 labelCols=None, outputMapping=None):
         super().__init__()
         self._set(**without_none(self._input_kwargs))
 
@@ -95,7 +99,7 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                   modelDir=None, maxRetries=0, useGpu="auto", callbacks=None,
                   stallTimeout=600.0, evaluator=False, tensorboard=False, summarySteps=0,
                   taskCpus=None, taskGpus=None, weightCol=None, classWeight=None,
-                  verbose=1, labelCols=None):
+                  verbose=1, labelCols=None, outputMapping=None):
         """Sets the given Params; see the constructor."""
         return self._set(**without_none(self._input_kwargs))
 
@@ -196,6 +200,7 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
         labels = self.labelColumns()
         for label in labels:
             schema_checks.check_label(dataset.schema, label)
+        self._check_default_outputs(labels)
         if len(labels) > 1 and self.getClassWeight() is not None:
             raise InvalidInputError(
                 "classWeight applies to a model with a single output (Keras's fit refuses "
@@ -222,6 +227,18 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                 f"batchSize is the global batch, shared by the workers: it must be at least "
                 f"numWorkers. Received: batchSize={self.getBatchSize()}, "
                 f"numWorkers={self.getNumWorkers()}")
+
+    def _check_default_outputs(self, labels: list[str]) -> None:
+        """Several outputs without outputMapping score to '<output>_<predictionCol>': a
+        label column of that form could be overwritten, so it is refused."""
+        suffix = "_" + self.getPredictionCol()
+        clashing = [c for c in labels if c.endswith(suffix)] if len(labels) > 1 else []
+        if clashing and not self.getOutputMapping():
+            raise InvalidInputError(
+                f"The label column '{clashing[0]}' could be the default output column of an "
+                f"output named '{clashing[0][:-len(suffix)]}' (several outputs score to "
+                f"'<output>{suffix}'). Rename the column, or set predictionCol or "
+                f"outputMapping. Received: labelCols={labels}")
 
     def _row_checks(self, columns: list[str]) -> RowChecks:
         """The checks the tasks make of the rows they receive (nulls, labels, weights)."""
@@ -312,8 +329,9 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
         for param in ("featuresCol", "predictionCol", "probabilityCol", "rawPredictionCol",
                       "useGpu"):
             model._set(**{param: self.getOrDefault(param)})
-        if self.isSet(self.inputCols):
-            model._set(inputCols=self.getInputCols())
+        for param in ("inputCols", "outputMapping"):
+            if self.isSet(param):
+                model._set(**{param: self.getOrDefault(param)})
         model._set(history=history, inputMapping=chief["input_mapping"],
                    predictionKind=chief["prediction_kind"], fromLogits=chief["from_logits"])
         return model

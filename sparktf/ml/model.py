@@ -39,7 +39,8 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
     outputMapping : dict, optional
         Signature output name -> column. Without it, the signature's single output
         becomes ``predictionCol`` (and ``probabilityCol``/``rawPredictionCol`` for
-        classifiers).
+        classifiers), and each of several outputs the column
+        ``<output>_<predictionCol>``.
     signature : str
         Signature to call, ``"serving_default"`` by default.
     batchSize : int
@@ -141,7 +142,7 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
         bindings = self._input_bindings(inputs, df_schema)
         spec = dict(model_path=path, signature=self.getSignature(),
                     batch_size=self.getBatchSize(), inputs=bindings, use_gpu=self.getUseGpu())
-        if self.getOutputMapping():
+        if self.getOutputMapping() or len(outputs) > 1:
             return inference.ScoreSpec(**spec, outputs=self._output_bindings(outputs))
         if len(outputs) == 1 and next(iter(outputs.values()))[1] == "string":
             (name, (shape, dtype)), = outputs.items()  # e.g. StringLookup(invert=True)
@@ -181,8 +182,11 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
                      for c, n in mapping.items())
 
     def _output_bindings(self, outputs: dict) -> tuple:
+        """``outputMapping``'s outputs; unset, every output to '<output>_<predictionCol>'."""
+        mapping = self.getOutputMapping() or {
+            name: f"{name}_{self.getPredictionCol()}" for name in sorted(outputs)}
         bindings = []
-        for name, column in self.getOutputMapping().items():
+        for name, column in mapping.items():
             if name not in outputs:
                 raise InvalidInputError(f"outputMapping names output '{name}', but the "
                                         f"signature's outputs are {sorted(outputs)}.")
@@ -192,9 +196,6 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
         return tuple(bindings)
 
     def _prediction_columns(self, outputs: dict) -> inference.PredictionColumns:
-        if len(outputs) != 1:
-            raise InvalidInputError(f"The signature has several outputs {sorted(outputs)}; set "
-                                    "outputMapping={output_name: column} to choose columns.")
         (name, (shape, _)), = outputs.items()
         kind = self.getPredictionKind()
         if kind == "auto":

@@ -156,9 +156,16 @@ class _TFSharedParams(HasFeaturesCol, HasInputCols, HasPredictionCol, HasProbabi
     useGpu: Param = _param("useGpu", "'auto' (GPUs Spark assigns, else CPU), True (require "
                            "an assigned GPU) or False (CPU only)",
                            use_gpu_value)
+    outputMapping: Param = _param("outputMapping", "dict signature output name -> column; "
+                                  "unset, each output of a model with several outputs goes "
+                                  "to the column '<output>_<predictionCol>'",
+                                  _str_dict("outputMapping"))
 
     def getBatchSize(self) -> int:
         return self.getOrDefault(self.batchSize)
+
+    def getOutputMapping(self) -> dict:
+        return dict(self.getOrDefault(self.outputMapping))
 
     def getUseGpu(self):
         return self.getOrDefault(self.useGpu)
@@ -242,7 +249,8 @@ class _TFEstimatorParams(_TFSharedParams, HasLabelCol, HasSeed, HasWeightCol):
                          hyperParams={}, validationFraction=0.0, shuffle=True,
                          inputMode="stream", maxRetries=0, useGpu="auto", callbacks=[],
                          modelFn=None, stallTimeout=600.0, evaluator=False,
-                         tensorboard=False, summarySteps=0, seed=DEFAULT_SEED, verbose=1)
+                         tensorboard=False, summarySteps=0, seed=DEFAULT_SEED, verbose=1,
+                         outputMapping={})
 
     def getModelFn(self):
         return self.getOrDefault(self.modelFn)
@@ -335,8 +343,6 @@ class _TFModelParams(_TFSharedParams):
                               TypeConverters.toString)
     inputMapping: Param = _param("inputMapping", "dict column -> signature input name",
                                  _str_dict("inputMapping"))
-    outputMapping: Param = _param("outputMapping", "dict signature output name -> column",
-                                  _str_dict("outputMapping"))
     signature: Param = _param("signature", "SavedModel signature to call",
                               TypeConverters.toString)
     history: Param = _param("history", "per-epoch training metrics of a model sparktf "
@@ -362,9 +368,6 @@ class _TFModelParams(_TFSharedParams):
 
     def getInputMapping(self) -> dict:
         return dict(self.getOrDefault(self.inputMapping))
-
-    def getOutputMapping(self) -> dict:
-        return dict(self.getOrDefault(self.outputMapping))
 
     def getSignature(self) -> str:
         return self.getOrDefault(self.signature)

@@ -7,8 +7,10 @@ MLflow only when an MLflow run is active, which includes the run that
 the estimator's Params (those autolog has not logged already), the per-epoch
 metrics (``step`` = epoch, ``val_*`` included) and the trained model as an MLflow
 ``pyfunc`` model over the exported SavedModel, which ``mlflow.pyfunc.load_model``
-loads and serves, predicting what ``TFModel.transform`` predicts. A failure to
-log never fails the fit: one warning says why.
+loads and serves, predicting what ``TFModel.transform`` predicts (a column per
+output), from pandas cells of any kind ``transform`` takes (ml Vectors, numpy arrays,
+lists). A failure to log never fails the fit: a warning, each time, names the run and
+says why.
 """
 
 from __future__ import annotations
@@ -16,10 +18,13 @@ from __future__ import annotations
 import dataclasses
 import importlib.metadata
 import logging
+import math
 import os
 import tempfile
 
 import mlflow
+import pyarrow as pa
+from pyspark.ml.linalg import SparseVector, Vector, Vectors
 
 from sparktf.errors import InvalidInputError
 from sparktf.runtime import inference, storage
@@ -28,16 +33,20 @@ logger = logging.getLogger("sparktf")
 
 MODEL_NAME = "model"  # the logged model's name (artifact path) in the run
 SAVED_MODEL_ARTIFACT = "saved_model"
-_warned = False
+# How Spark sends an ml Vector to Python (VectorUDT's sqlType): 0 sparse, 1 dense
+VECTOR_TYPE = pa.struct([("type", pa.int8()), ("size", pa.int32()),
+                         ("indices", pa.list_(pa.int32())), ("values", pa.list_(pa.float64()))])
 
 
 def log_fit(estimator, model) -> None:
     """Logs a finished fit to the active MLflow run, if there is one."""
+    run_id = None
     try:
         run = mlflow.active_run()
         if run is None:
             return
-        logged = mlflow.get_run(run.info.run_id).data.params
+        run_id = run.info.run_id
+        logged = mlflow.get_run(run_id).data.params
         params = {p.name: _text(v) for p, v in estimator.extractParamMap().items()
                   if not callable(v) and p.name not in ("callbacks",)}
         mlflow.log_params({k: v for k, v in params.items() if k not in logged})
@@ -48,7 +57,8 @@ def log_fit(estimator, model) -> None:
                                 if epoch < len(v)}, step=epoch + 1)
         log_model(model)
     except Exception as e:  # tracking must never cost the user the trained model
-        _warn_once(e)
+        logger.warning("sparktf: could not log the fit to MLflow run %s (%s: %s); the fit "
+                       "itself is unaffected", run_id, type(e).__name__, e)
 
 
 def log_model(model) -> None:
@@ -67,14 +77,6 @@ def log_model(model) -> None:
 def _text(value) -> str:
     text = str(value)
     return text if len(text) <= 500 else text[:497] + "..."
-
-
-def _warn_once(error: Exception) -> None:
-    global _warned
-    if not _warned:
-        _warned = True
-        logger.warning("sparktf: could not log the fit to MLflow (%s: %s); the fit itself is "
-                       "unaffected", type(error).__name__, error)
 
 
 def resolve(uri: str) -> str:
@@ -109,10 +111,34 @@ class SparkTFPyfunc(mlflow.pyfunc.PythonModel):
 
     def predict(self, context, model_input, params=None):
         import pandas as pd
-        import pyarrow as pa
 
-        batch = pa.RecordBatch.from_pandas(model_input, preserve_index=False)
+        batch = arrow_batch(model_input)
         fn = inference.ModelCache.get(self.spec.model_path, self.spec.signature, "/CPU:0")
         outputs = inference.run_model(fn, self.spec, batch)
         names, arrays = inference.output_arrays(batch.num_rows, self.spec, outputs)
         return pd.DataFrame({n: a.to_pylist() for n, a in zip(names, arrays)})
+
+
+def arrow_batch(frame) -> pa.RecordBatch:
+    """pandas rows as Spark sends them to ``transform``: ml Vector cells as Spark's vector
+    struct, numpy array cells as lists."""
+    arrays = [_cells(frame[c].tolist()) if frame[c].dtype == object
+              else pa.Array.from_pandas(frame[c]) for c in frame.columns]
+    return pa.RecordBatch.from_arrays(arrays, names=[str(c) for c in frame.columns])
+
+
+def _cells(values: list) -> pa.Array:
+    if any(isinstance(v, Vector) for v in values):
+        return pa.array([_vector(v) for v in values], type=VECTOR_TYPE)
+    return pa.array([v.tolist() if hasattr(v, "tolist") else v for v in values],
+                    from_pandas=True)
+
+
+def _vector(value) -> dict | None:
+    if value is None or isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, SparseVector):
+        return {"type": 0, "size": value.size, "indices": value.indices.tolist(),
+                "values": value.values.tolist()}
+    values = value.toArray() if isinstance(value, Vector) else Vectors.dense(value).toArray()
+    return {"type": 1, "size": None, "indices": None, "values": values.tolist()}

@@ -37,7 +37,7 @@ def structured(hp):
     a = keras.layers.Normalization(mean=60.0, variance=400.0)(area)
     hidden = keras.layers.Dense(8, activation="tanh")(keras.layers.Concatenate()([c, r, a]))
     model = keras.Model([city, rooms, area], keras.layers.Dense(1)(hidden))
-    model.compile(keras.optimizers.SGD(0.05), loss="mse", metrics=["mae"])
+    model.compile(keras.optimizers.SGD(hp.get("lr", 0.05)), loss="mse", metrics=["mae"])
     return model
 
 
@@ -131,7 +131,7 @@ def two_outputs(hp):
     price = keras.layers.Dense(1, name="price")(hidden)
     dear = keras.layers.Dense(1, activation="sigmoid", name="dear")(hidden)
     model = keras.Model(features, [price, dear])
-    model.compile(keras.optimizers.SGD(0.05),
+    model.compile(keras.optimizers.SGD(hp.get("lr", 0.05)),
                   loss={"price": "mse", "dear": "binary_crossentropy"},
                   metrics={"price": ["mae"], "dear": ["accuracy"]})
     return model

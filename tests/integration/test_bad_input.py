@@ -217,4 +217,12 @@ def test_what_keras_refuses_with_several_outputs_is_refused_before_any_job(spark
         _est(labelCols="a")
     with pytest.raises(sparktf.InvalidInputError, match="label column 'c' is not in"):
         _est(labelCols=["a", "c"]).fit(df)
+    clashing = df.withColumnRenamed("b", "a_prediction")  # a default output column's name
+    with pytest.raises(sparktf.InvalidInputError, match="'a_prediction' could be the default "
+                                                        "output column"):
+        _est(labelCols=["a", "a_prediction"]).fit(clashing)
+    _est(labelCols=["a", "a_prediction"], predictionCol="hat")._validate(
+        clashing, ["features"])  # another predictionCol, or an outputMapping, avoids it
+    _est(labelCols=["a", "a_prediction"], outputMapping={"x": "y"})._validate(
+        clashing, ["features"])
     assert spark.sparkContext.statusTracker().getJobIdsForGroup() == jobs

@@ -1,12 +1,14 @@
 """MLflow, for real (a local SQLite tracking store): a fit logs its Params, its per-epoch
-metrics and a model MLflow loads and serves; TFModel scores a runs:/ URI; autolog on and
-off."""
+metrics and a model MLflow loads and serves (for every kind of model the fit makes);
+TFModel scores a runs:/ URI; autolog on and off."""
 
 import numpy as np
+import pandas as pd
 import pytest
+from pyspark.ml.linalg import SparseVector
 
 from sparktf.ml import TFEstimator, TFModel
-from tests.integration import data, models
+from tests.integration import data, model_kinds, models
 
 mlflow = pytest.importorskip("mlflow", reason="pip install 'sparktf[mlflow]'")
 pytestmark = pytest.mark.timeout(900)
@@ -60,6 +62,34 @@ def test_a_fit_in_a_run_logs_params_metrics_and_a_model_mlflow_serves(store, fra
     np.testing.assert_allclose(again, expected, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("name", list(model_kinds.KINDS))
+def test_every_kind_of_model_is_logged_and_served_with_every_output(spark, store, name):
+    kind = model_kinds.KINDS[name]
+    df = model_kinds.frame(spark, kind)
+    _, experiment = store
+    with mlflow.start_run() as run:
+        model = model_kinds.estimator(kind).fit(df)
+    logged = mlflow.search_logged_models(
+        experiment_ids=[experiment], filter_string=f"source_run_id = '{run.info.run_id}'",
+        output_format="list")
+    assert [m.name for m in logged] == ["model"]
+    served = mlflow.pyfunc.load_model(f"runs:/{run.info.run_id}/model")
+    rows = df.toPandas()
+    expected = model.transform(df).toPandas()
+    inputs = [rows[list(kind.inputs)]]
+    if name == "assembled":  # ml Vectors, as VectorAssembler gives them, numpy arrays, lists
+        assert any(isinstance(v, SparseVector) for v in rows["features"])
+        inputs += [pd.DataFrame({"features": rows["features"].map(lambda v: v.toArray())}),
+                   pd.DataFrame({"features": rows["features"].map(lambda v: list(v))})]
+    for frame in inputs:
+        predicted = served.predict(frame)
+        assert list(predicted.columns) == list(kind.outputs)
+        for column in kind.outputs:
+            np.testing.assert_allclose(predicted[column].to_numpy(np.float64),
+                                       expected[column].to_numpy(np.float64),
+                                       rtol=1e-6, atol=1e-6, err_msg=column)
+
+
 def test_autolog_on_records_the_fit_and_off_records_nothing(store, frame):
     client, experiment = store
     mlflow.pyspark.ml.autolog()
@@ -88,11 +118,9 @@ def test_a_tracking_store_that_fails_costs_a_warning_not_the_fit(store, frame, t
                                                                  caplog):
     import logging
 
-    from sparktf.ml import tracking
     caplog.set_level(logging.WARNING, logger="sparktf")
-    tracking._warned = False
     good = mlflow.get_tracking_uri()
-    with mlflow.start_run():
+    with mlflow.start_run() as run:
         broken = tmp_path / "not-a-folder"
         broken.write_text("a file where the store's folder should be")
         mlflow.set_tracking_uri(f"sqlite:///{broken}/mlflow.db")  # every call now fails
@@ -104,4 +132,5 @@ def test_a_tracking_store_that_fails_costs_a_warning_not_the_fit(store, frame, t
     assert len(model.getHistory()["loss"]) == 3
     warnings = [r.getMessage() for r in caplog.records
                 if "could not log the fit to MLflow" in r.getMessage()]
-    assert len(warnings) == 1, warnings  # once, not per fit
+    assert len(warnings) == 2, warnings  # each time, not once per process
+    assert all(run.info.run_id in w for w in warnings), warnings

@@ -76,6 +76,16 @@ def test_two_outputs_map_to_two_columns(spark, saved_models):
     np.testing.assert_allclose([r.doubled for r in rows], X * 2, rtol=1e-6)
 
 
+def test_several_outputs_get_default_columns_named_after_them(spark, saved_models):
+    df, X = _vectors(spark, 50, 2)
+    scored = TFModel(modelPath=saved_models["two"], featuresCol="x",
+                     predictionCol="hat").transform(df)
+    assert scored.columns == ["id", "x", "doubled_hat", "total_hat"]
+    rows = scored.orderBy("id").collect()
+    np.testing.assert_allclose([r.total_hat for r in rows], X.sum(axis=1), rtol=1e-5)
+    np.testing.assert_allclose([r.doubled_hat for r in rows], X * 2, rtol=1e-6)
+
+
 def test_flat_arrays_are_reshaped_to_the_signature_shape(spark, saved_models):
     rng = np.random.default_rng(1)
     images = rng.random((50, 64)).astype("float32")

@@ -4,6 +4,7 @@ import json
 import os
 
 import numpy as np
+import pandas as pd
 import pytest
 from pyspark.ml import Pipeline, PipelineModel
 from pyspark.ml.evaluation import MulticlassClassificationEvaluator
@@ -17,7 +18,7 @@ from pyspark.ml.tuning import (
 
 import sparktf
 from sparktf.ml import TFEstimator, TFModel
-from tests.integration import data, models
+from tests.integration import data, model_kinds, models
 
 pytestmark = pytest.mark.timeout(900)
 PIXELS = [f"p{i}" for i in range(64)]
@@ -99,6 +100,25 @@ def test_cross_validator_picks_the_better_learning_rate_and_reloads(spark, digit
     assert MulticlassClassificationEvaluator(metricName="accuracy").evaluate(scored) > 0.85
     loaded_est = loaded.getEstimator()
     assert isinstance(loaded_est, TFEstimator) and loaded_est.getModelFn() is not None
+
+
+@pytest.mark.parametrize("name", ["two outputs", "strings"])  # "assembled": the test above
+def test_cross_validator_tunes_every_kind_of_model_and_reloads(spark, tmp_path, name):
+    kind = model_kinds.KINDS[name]
+    df = model_kinds.frame(spark, kind).cache()
+    est = model_kinds.estimator(kind)
+    grid = ParamGridBuilder().addGrid(est.hyperParams, [{"lr": 1e-6}, {"lr": 0.05}]).build()
+    cv = CrossValidator(estimator=est, estimatorParamMaps=grid, numFolds=2, seed=7,
+                        evaluator=model_kinds.evaluator(kind))
+    cv_model = cv.fit(df)
+    print(f"\n{name}: rmse by lr {cv_model.avgMetrics}")
+    assert cv_model.avgMetrics[1] < cv_model.avgMetrics[0]  # the model that learns wins
+    cv_model.write().overwrite().save(str(tmp_path / "cv"))
+    loaded = CrossValidatorModel.load(str(tmp_path / "cv"))
+    before = cv_model.transform(df).select(*kind.outputs).toPandas()
+    pd.testing.assert_frame_equal(loaded.transform(df).select(*kind.outputs).toPandas(),
+                                  before)
+    assert before.notna().all().all()
 
 
 def test_train_validation_split_over_hyper_params(spark, digits):

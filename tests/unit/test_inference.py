@@ -115,3 +115,26 @@ def test_a_batch_whose_rows_are_all_null_calls_no_model_and_scores_null():
     nested_empty = pa.array([], pa.list_(pa.list_(pa.float64())))
     from sparktf.runtime import columns
     assert columns.chunk_values(nested_empty, "n").shape[0] == 0
+
+
+def test_pandas_cells_become_what_spark_sends():
+    """The MLflow pyfunc's input: ml Vectors, numpy arrays and lists, nulls kept as nulls."""
+    pytest.importorskip("mlflow")
+    import pandas as pd
+    from pyspark.ml.linalg import Vectors
+
+    from sparktf.ml import tracking
+    from sparktf.runtime import columns
+    frame = pd.DataFrame({
+        "v": [Vectors.dense([1.0, 2.0, 3.0]), Vectors.sparse(3, [1], [5.0]), None, [0, 0, 7]],
+        "a": [np.array([1.0, 2.0]), [3.0, 4.0], None, np.array([5.0, 6.0])],
+        "x": [1.0, 2.0, np.nan, 4.0], "s": ["p", "q", None, "r"]})
+    batch = tracking.arrow_batch(frame)
+    assert columns.is_vector_type(batch.column("v").type)
+    valid = inference.valid_rows(batch, ["v", "a", "s"])
+    assert valid.tolist() == [True, True, False, True]
+    rows = batch.filter(pa.array(valid))
+    np.testing.assert_array_equal(columns.vectors_to_matrix(rows.column("v"), "v"),
+                                  [[1, 2, 3], [0, 5, 0], [0, 0, 7]])
+    assert rows.column("a").to_pylist() == [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]
+    assert batch.column("x").null_count == 1

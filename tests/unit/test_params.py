@@ -123,3 +123,15 @@ def test_the_default_seed_is_the_same_in_every_python_process():
                              text=True, check=True)
         seeds.add(int(out.stdout.strip()))
     assert seeds == {TFEstimator().getSeed()}, seeds
+
+
+def test_the_estimator_carries_output_mapping_to_its_model():
+    chief = {"export_dir": "/fit/export", "history": {"loss": [1.0]}, "input_mapping": {},
+             "prediction_kind": "regression", "from_logits": False}
+    mapping = {"price": "price_hat", "dear": "dear_hat"}
+    est = TFEstimator(outputMapping=mapping, predictionCol="hat")
+    assert est.getOutputMapping() == mapping
+    assert TFEstimator().setOutputMapping(mapping).getOutputMapping() == mapping
+    model = est._make_model([chief])
+    assert (model.getOutputMapping(), model.getPredictionCol()) == (mapping, "hat")
+    assert not TFEstimator()._make_model([chief]).isSet("outputMapping")
