@@ -20,7 +20,12 @@ import cloudpickle
 
 from sparktf._driver import checks, failures, pickling, routing, schema, sessions
 from sparktf._driver.events import EventCollector, ensure_log_handler, log_phase
-from sparktf._driver.resources import TaskResources, check_gpu_conf, gpus_scheduled
+from sparktf._driver.resources import (
+    TaskResources,
+    check_gpu_conf,
+    gpus_scheduled,
+    positive_number,
+)
 from sparktf._protocol import watchdog
 from sparktf._protocol.server import EventServer
 from sparktf._protocol.watchdog import Watchdog
@@ -111,9 +116,8 @@ def validate_launch(num_workers, num_ps, use_gpu, timeout) -> None:
     if isinstance(num_ps, bool) or not isinstance(num_ps, int) or num_ps < 0:
         raise InvalidInputError(f"numPs must be an integer >= 0. Received: numPs={num_ps!r}")
     gpu.use_gpu_value(use_gpu)
-    if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
-        raise InvalidInputError(f"timeout must be a positive number of seconds or None. "
-                                f"Received: timeout={timeout!r}")
+    if timeout is not None:
+        positive_number("timeout", timeout, "a positive number of seconds (or None: none)")
 
 
 @dataclasses.dataclass(frozen=True)

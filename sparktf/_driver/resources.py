@@ -1,9 +1,11 @@
-"""What the tasks of a training stage ask Spark for: a task ResourceProfile, GPUs."""
+"""What the tasks of a training stage ask Spark for (a task ResourceProfile, GPUs), and the
+checks of the numbers given for them and for the stage's time limits."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 
 from sparktf.errors import InvalidInputError
 
@@ -50,10 +52,20 @@ class TaskResources:
                 "spark.executor.resource.gpu.discoveryScript when creating the session.")
 
 
+def positive_number(name: str, value, what: str = "a positive number") -> float:
+    """``value`` as a float when it is a finite number > 0, else ``InvalidInputError``
+    naming ``name``: NaN and infinity are refused (``what`` says what is expected)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or \
+            not math.isfinite(value) or value <= 0:
+        raise InvalidInputError(f"{name} must be {what}, finite (not NaN or infinity). "
+                                f"Received: {name}={value!r}")
+    return float(value)
+
+
 def task_cpus(value) -> int:
     """``taskCpus`` checked: a whole number of CPUs, at least 1."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 1 or \
-            value != int(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            not math.isfinite(value) or value < 1 or value != int(value):
         raise InvalidInputError(f"taskCpus must be an integer >= 1 or None. "
                                 f"Received: taskCpus={value!r}")
     return int(value)

@@ -3,7 +3,7 @@ and the barrier stage that takes them there."""
 
 from __future__ import annotations
 
-from sparktf._driver import sessions
+from sparktf._driver import schema, sessions
 from sparktf._driver.resources import TaskResources
 from sparktf.errors import ClusterFormationError
 from sparktf.runtime import cluster
@@ -43,11 +43,25 @@ def barrier_job(session: sessions.Session, frame, num_tasks: int,
         _ = job._jrdd  # PySpark makes the Python function now, with the interpreter chosen
         return job
 
+    names = frame.columns
+    if any("." in name or "`" in name for name in names):
+        # mapInArrow names its input columns unquoted (pyspark's map_ops, and Connect's
+        # plan): such names would be parsed, so they go in by position and are put back
+        frame = frame.select(*[schema.column(name).alias(f"{INPUT_COLUMN}{i}")
+                               for i, name in enumerate(names)])
+    else:
+        names = None
+
     def barrier_task(batches):
+        if names is not None:
+            batches = (batch.rename_columns(names) for batch in batches)
         return task_runtime.run_task(spec, batches)
 
     return frame.mapInArrow(barrier_task, "rank int, result binary", barrier=True,
                             profile=profile)
+
+
+INPUT_COLUMN = "__sparktf_input_"  # + position: an input column whose name Spark would parse
 
 
 ORDER_COLUMN = "__sparktf_order"  # the frame's row order, through the shuffle
@@ -87,7 +101,7 @@ def _routed(spark, df, plan: cluster.Layout, split_column: str | None):
     spread = F.array(*[keys[r] for r in plan.training_ranks])[
         F.floor(F.rand(len(plan.training_ranks)) * len(plan.training_ranks)).cast("int")]
     if plan.validation_rank is not None and split_column is not None:
-        spread = F.when(F.col(split_column), keys[plan.validation_rank]).otherwise(spread)
+        spread = F.when(schema.column(split_column), keys[plan.validation_rank]).otherwise(spread)
     return (df.withColumn(ROUTE_COLUMN, spread)
             .repartition(plan.num_tasks, ROUTE_COLUMN).drop(ROUTE_COLUMN))
 

@@ -7,6 +7,8 @@ import math
 from typing import Sequence
 
 from pyspark.ml.linalg import VectorUDT
+from pyspark.sql import Column
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from sparktf.errors import InvalidInputError
@@ -14,6 +16,17 @@ from sparktf.errors import InvalidInputError
 _NUMERIC = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType, T.DoubleType,
             T.DecimalType, T.BooleanType)
 _TEXT = (T.StringType, T.BinaryType)
+
+
+def quoted(name: str) -> str:
+    """A column name as Spark must read it to take it whole: in backticks, each backtick
+    inside doubled (unquoted, ``row.id`` is the field ``id`` of a struct ``row``)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def column(name: str) -> Column:
+    """The column called ``name``, whatever it holds (dots, spaces, backticks...)."""
+    return F.col(quoted(name))
 
 
 def column_kind(dtype: T.DataType) -> str | None:

@@ -305,9 +305,10 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
         weight = self.getWeightColOrNone()
         columns = list(dict.fromkeys(features + self.labelColumns() +
                                      ([weight] if weight else [])))
-        selected = [F.col(c) for c in columns]
+        selected = [schema_checks.column(c) for c in columns]
         if self.isSet(self.validationCol):
-            flag = F.coalesce(F.col(self.getValidationCol()).cast("boolean"), F.lit(False))
+            flag = F.coalesce(schema_checks.column(self.getValidationCol()).cast("boolean"),
+                              F.lit(False))
         elif self.getValidationFraction() > 0:
             flag = F.rand(self.getOrDefault(self.seed)) < self.getValidationFraction()
         else:

@@ -91,9 +91,9 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
         with checks.executor_python(sessions.Session(dataset.sparkSession)):
             score = _arrow_udf(spec, T.StructType(fields),
                                lambda names, arrays: pa_struct(names, arrays))
-            scored = dataset.withColumn(_OUTPUTS,
-                                        score(*[dataset[b.column] for b in spec.inputs]))
-        columns = [scored[c] for c in dataset.columns]
+            scored = dataset.withColumn(
+                _OUTPUTS, score(*[dataset[schema.quoted(b.column)] for b in spec.inputs]))
+        columns = [scored[schema.quoted(c)] for c in dataset.columns]
         for field in fields:
             value = scored[_OUTPUTS][field.name]
             if field.name in vector_columns:

@@ -22,7 +22,7 @@ from pyspark.ml.param.shared import (
     HasWeightCol,
 )
 
-from sparktf._driver.resources import task_cpus, task_gpus
+from sparktf._driver.resources import positive_number, task_cpus, task_gpus
 from sparktf.errors import InvalidInputError
 from sparktf.runtime.gpu import use_gpu_value
 
@@ -45,13 +45,8 @@ def _int_at_least(name: str, low: int) -> Callable[[Any], int]:
     return convert
 
 
-def _positive_float(name: str) -> Callable[[Any], float]:
-    def convert(value: Any) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise InvalidInputError(f"{name} must be a positive number. "
-                                    f"Received: {name}={value!r}")
-        return float(value)
-    return convert
+def _positive_float(name: str, what: str = "a positive number") -> Callable[[Any], float]:
+    return lambda value: positive_number(name, value, what)
 
 
 def _verbosity(value: Any) -> int:
@@ -236,7 +231,7 @@ class _TFEstimatorParams(_TFSharedParams, HasLabelCol, HasSeed, HasWeightCol):
     stallTimeout: Param = _param("stallTimeout", "seconds a training worker may go without "
                                  "progress (a blocked callback, a collective that never "
                                  "completes) before the attempt is stopped",
-                                 _positive_float("stallTimeout"))
+                                 _positive_float("stallTimeout", "a positive number of seconds"))
     verbose: Param = _param("verbose", "progress on the driver, as in Keras: 0 silent, 1 a "
                             "live bar per epoch (Jupyter or a terminal) and one log line per "
                             "epoch, 2 one log line per epoch", _verbosity)

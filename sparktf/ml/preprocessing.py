@@ -42,6 +42,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from sparktf._driver.schema import column as column_of
 from sparktf.errors import InvalidInputError
 
 # keras.layers.TextVectorization's default standardize: its punctuation, removed
@@ -229,7 +230,7 @@ def adapt(df: DataFrame, layers: dict) -> dict:
     state = {}
     for column, spec in layers.items():
         if isinstance(spec, Normalization):
-            learned = _moments(df.where(F.col(column).isNotNull()), column)
+            learned = _moments(df.where(column_of(column).isNotNull()), column)
         else:
             learned = vocabularies[column]
         state[column] = {"layer": spec.layer, "config": {**spec.kwargs, **learned}}
@@ -240,11 +241,12 @@ def _moments(rows: DataFrame, column: str) -> dict:
     """Mean and population variance per position, in one aggregation."""
     dtype = rows.schema[column].dataType
     if isinstance(dtype, VectorUDT):
-        values = vector_to_array(F.col(column), "float64")
+        values = vector_to_array(column_of(column), "float64")
     elif isinstance(dtype, T.ArrayType):
-        values = F.col(column).cast("array<double>")
+        values = column_of(column).cast("array<double>")
     else:
-        first = rows.agg(F.avg(column).alias("m"), F.var_pop(column).alias("v")).first()
+        first = rows.agg(F.avg(column_of(column)).alias("m"),
+                         F.var_pop(column_of(column)).alias("v")).first()
         return {"mean": _number(first["m"]), "variance": _number(first["v"])}
     width = rows.select(F.size(values).alias("n")).first()
     if width is None:
@@ -267,9 +269,9 @@ def _number(value) -> float:
 
 def _tokens(rows: DataFrame, column: str, spec: _Lookup):
     """One row per token occurrence: the token and the row (document) it is in."""
-    rows = rows.select(F.col(column), F.monotonically_increasing_id().alias("document"))
+    rows = rows.select(column_of(column), F.monotonically_increasing_id().alias("document"))
     dtype = rows.schema[column].dataType
-    value = F.col(column)
+    value = column_of(column)
     if isinstance(spec, TextVectorization):
         if not isinstance(dtype, T.StringType):
             raise InvalidInputError(f"preprocessing.TextVectorization needs a string column; "
@@ -293,7 +295,7 @@ def _vocabularies(df: DataFrame, specs: dict) -> dict:
     token type for all the columns."""
     frames: dict = {}
     for column, spec in specs.items():
-        tokens = _tokens(df.where(F.col(column).isNotNull()), column, spec)
+        tokens = _tokens(df.where(column_of(column).isNotNull()), column, spec)
         frames.setdefault(tokens.schema["token"].dataType.simpleString(), []).append(
             tokens.select(F.lit(column).alias("column"), "token", "document"))
     counted: dict = {column: [] for column in specs}
@@ -301,7 +303,7 @@ def _vocabularies(df: DataFrame, specs: dict) -> dict:
         for row in _top_counts(same_type, specs).collect():
             counted[row["column"]].append(row)
     tf_idf = [c for c, s in specs.items() if s.output_mode == "tf_idf"]
-    documents = (df.agg(*[F.count(F.col(c)).alias(c) for c in tf_idf]).first().asDict()
+    documents = (df.agg(*[F.count(column_of(c)).alias(c) for c in tf_idf]).first().asDict()
                  if tf_idf else {})
     return {column: _vocabulary(column, spec, counted[column], documents.get(column))
             for column, spec in specs.items()}

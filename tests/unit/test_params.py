@@ -55,7 +55,8 @@ def test_constructor_set_params_and_setters_agree():
     ("numWorkers", 0, "numWorkers must be >= 1. Received: numWorkers=0"),
     ("numWorkers", "2", "numWorkers must be an integer >= 1"),
     ("batchSize", -5, "Received: batchSize=-5"),
-    ("learningRate", 0, "learningRate must be a positive number. Received: learningRate=0"),
+    ("learningRate", 0, "learningRate must be a positive number, finite (not NaN or "
+                        "infinity). Received: learningRate=0"),
     ("validationFraction", 1.0, "Received: validationFraction=1.0"),
     ("useGpu", "maybe", "useGpu must be 'auto', True or False. Received: useGpu='maybe'"),
     ("useGpu", 1, "useGpu must be 'auto', True or False"),
@@ -74,6 +75,58 @@ def test_bad_values_are_rejected_when_set(param, value, message):
     setter = getattr(TFEstimator(), "set" + param[0].upper() + param[1:])
     with pytest.raises(sparktf.InvalidInputError):
         setter(value)
+
+
+NOT_FINITE = [float("nan"), float("inf"), -float("inf")]
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+@pytest.mark.parametrize("cls", [TFEstimator, TFModel])
+def test_no_param_takes_nan_or_infinity_and_the_error_names_it(cls):
+    """Generated from the Param list: a new Param cannot escape. No Param has a meaning for
+    NaN or +-infinity; every numeric one still takes a finite value (its default)."""
+    numeric = []
+    for p in cls().params:
+        setter = getattr(cls(), "set" + p.name[0].upper() + p.name[1:])
+        for value in NOT_FINITE:
+            with pytest.raises((sparktf.InvalidInputError, TypeError)) as info:
+                setter(value)
+            assert p.name in str(info.value), (p.name, value, str(info.value))
+            if isinstance(info.value, sparktf.InvalidInputError):
+                assert f"Received: {p.name}={value!r}" in str(info.value), str(info.value)
+        stage = cls()
+        if stage.hasDefault(p.name) and _is_number(stage.getOrDefault(p.name)):
+            numeric.append(p.name)
+            setter(stage.getOrDefault(p.name))
+    assert "batchSize" in numeric and (cls is TFModel or "learningRate" in numeric), numeric
+
+
+@pytest.mark.parametrize("name", ["learningRate", "stallTimeout"])
+def test_positive_float_params_refuse_nan_and_infinity_naming_the_param(name):
+    for value in NOT_FINITE:
+        with pytest.raises(sparktf.InvalidInputError, match=f"{name} must be a positive "
+                           "number.*finite \\(not NaN or infinity\\)"):
+            TFEstimator(**{name: value})
+    assert getattr(TFEstimator(**{name: 1e-300}), "get" + name[0].upper() + name[1:])() \
+        == 1e-300
+
+
+def test_run_refuses_nan_and_infinity_in_every_numeric_argument():
+    """Generated from sparktf.run's signature: every int or float argument."""
+    import inspect
+
+    numeric = [p.name for p in inspect.signature(sparktf.run).parameters.values()
+               if p.kind is p.KEYWORD_ONLY and ("int" in str(p.annotation) or
+                                                 "float" in str(p.annotation))]
+    assert {"numWorkers", "numPs", "timeout", "taskCpus", "taskGpus"} <= set(numeric)
+    for name in numeric:
+        for value in NOT_FINITE:
+            kwargs = {"numWorkers": 1, name: value}
+            with pytest.raises(sparktf.InvalidInputError, match=f"Received: {name}="):
+                sparktf.run(None, lambda args, ctx: None, **kwargs)
 
 
 def test_copy_with_extra_never_mutates_the_original():
