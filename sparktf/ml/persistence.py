@@ -97,9 +97,12 @@ class _StageWriter(MLWriter):
 
     def saveImpl(self, path: str) -> None:
         DefaultParamsWriter.saveMetadata(self.instance, path, self.sparkSession,
-                                         extraMetadata=_extra(),
+                                         extraMetadata={**_extra(), **self.extra_metadata()},
                                          paramMap=_json_params(self.instance))
         self.save_artifacts(path)
+
+    def extra_metadata(self) -> dict:
+        return {}
 
     def save_artifacts(self, path: str) -> None:
         raise NotImplementedError
@@ -122,10 +125,14 @@ class _StageReader(MLReader):
 
 
 class TFModelWriter(_StageWriter):
-    """Writes a ``TFModel``: Params metadata and a copy of its SavedModel."""
+    """Writes a ``TFModel``: Params metadata (with the modelPath it came from) and a copy
+    of its SavedModel (the one an MLflow address names)."""
+
+    def extra_metadata(self) -> dict:
+        return {MODEL_SOURCE: self.instance.getModelPath()}
 
     def save_artifacts(self, path: str) -> None:
-        storage.copy_dir(self.instance.getModelPath(), storage.join(path, MODEL_DIR))
+        storage.copy_dir(self.instance._saved_model_path(), storage.join(path, MODEL_DIR))
 
 
 class TFModelReader(_StageReader):
