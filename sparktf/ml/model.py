@@ -32,7 +32,8 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
     Parameters
     ----------
     modelPath : str
-        The SavedModel directory (local path or any URI pyarrow can read).
+        The SavedModel directory (local path or any URI pyarrow can read), or the MLflow
+        address (``runs:/...``, ``models:/...``) of a model sparktf logged.
     inputMapping : dict, optional
         Column -> signature input name. Defaults to ``featuresCol``/``inputCols``
         for a single-input signature.
@@ -73,7 +74,8 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
         return self._set(**without_none(self._input_kwargs))
 
     def write(self):
-        """An ``MLWriter``: Params metadata plus a copy of the SavedModel in the stage folder."""
+        """An ``MLWriter``: Params metadata plus a copy of the SavedModel in the stage folder
+        (for a ``runs:/`` or ``models:/`` modelPath, of the SavedModel that address names)."""
         return TFModelWriter(self)
 
     @classmethod
@@ -123,8 +125,8 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
             checks.app_executor_python(sessions.Session(session))
         return _arrow_udf(spec, return_type, lambda names, arrays: arrays[names.index(take)])
 
-    def _score_spec(self, df_schema: T.StructType | None) -> inference.ScoreSpec:
-        """Bindings of columns to signature inputs and outputs to columns, checked."""
+    def _saved_model_path(self) -> str:
+        """The SavedModel folder modelPath names: an MLflow address resolved (downloaded)."""
         if not self.isDefined(self.modelPath):
             raise InvalidInputError("TFModel needs modelPath: the SavedModel to score with. "
                                     "Received: modelPath unset")
@@ -132,6 +134,11 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
         if path.startswith(MLFLOW_SCHEMES):  # runs:/..., models:/...: MLflow is optional
             from sparktf.ml import tracking
             path = tracking.resolve(path)
+        return path
+
+    def _score_spec(self, df_schema: T.StructType | None) -> inference.ScoreSpec:
+        """Bindings of columns to signature inputs and outputs to columns, checked."""
+        path = self._saved_model_path()
         if not storage.exists(path):
             raise InvalidInputError(f"No SavedModel at modelPath={path!r}. Check the path; "
                                     "it must be readable from the driver and every executor.")

@@ -24,6 +24,7 @@ from pyspark.ml.param.shared import (
 
 from sparktf._driver.resources import positive_number, task_cpus, task_gpus
 from sparktf.errors import InvalidInputError
+from sparktf.ml.persistence import check_picklable
 from sparktf.runtime.gpu import use_gpu_value
 
 INPUT_MODES = ("stream", "parquet")
@@ -98,6 +99,12 @@ def _str_dict(name: str) -> Callable[[Any], dict]:
             raise InvalidInputError(f"{name} must be a dict. Received: {name}={value!r}")
         return dict(value)
     return convert
+
+
+def _hyper_params(value: Any) -> dict:
+    value = _str_dict("hyperParams")(value)
+    check_picklable("hyperParams", value)  # saved exactly as set, as modelFn is
+    return value
 
 
 def _class_weight(value: Any) -> dict:
@@ -194,8 +201,8 @@ class _TFEstimatorParams(_TFSharedParams, HasLabelCol, HasSeed, HasWeightCol):
     learningRate: Param = _param("learningRate", "learning rate, passed to modelFn as "
                                  "hparams['learningRate']", _positive_float("learningRate"))
     hyperParams: Param = _param("hyperParams", "dict passed to modelFn as hparams (with "
-                                "learningRate, epochs and batchSize added)",
-                                _str_dict("hyperParams"))
+                                "learningRate, epochs and batchSize added); saved exactly "
+                                "as set", _hyper_params)
     validationFraction: Param = _param("validationFraction", "fraction of rows held out for "
                                        "per-epoch validation metrics (val_*)", _fraction)
     validationCol: Param = _param("validationCol", "boolean column: true rows are held out "

@@ -2,8 +2,11 @@
 
 Each stage folder holds pyspark's ``DefaultParamsWriter`` metadata (JSON Params,
 so ``Pipeline`` and ``CrossValidator`` persistence work unchanged) plus its
-artifacts: the SavedModel for a model, cloudpickled ``modelFn``/``callbacks``
-for an estimator. The metadata records a format version, checked on load.
+artifacts: the SavedModel for a model (the one an MLflow address names, for a
+``runs:/`` or ``models:/`` modelPath), cloudpickled ``modelFn``/``callbacks`` and
+``hyperParams`` for an estimator (``hyperParams`` exactly as set; the metadata keeps a
+readable JSON view of them). The metadata records a format version, checked on load,
+and a model's ``sparktfModelSource``: the modelPath it was saved from.
 """
 
 from __future__ import annotations
@@ -20,10 +23,40 @@ FORMAT_VERSION = 1
 MODEL_DIR = "savedmodel"
 CALLABLES_FILE = "callables.pkl"
 _NOT_JSON = ("modelFn", "callbacks")  # saved beside the metadata, pickled
+_EXACT = ("hyperParams",)  # pickled beside the metadata too; the metadata has a JSON view
+MODEL_SOURCE = "sparktfModelSource"
 
 
 def _json_params(instance) -> dict:
-    return {p.name: v for p, v in instance._paramMap.items() if p.name not in _NOT_JSON}
+    return {p.name: json_view(v) if p.name in _EXACT else v
+            for p, v in instance._paramMap.items() if p.name not in _NOT_JSON}
+
+
+def json_view(value):
+    """``value`` as JSON holds it, for people reading the metadata: tuples as lists, keys
+    as strings, numpy values as numbers, anything else as its ``repr``."""
+    if isinstance(value, dict):
+        return {k if isinstance(k, str) else repr(k): json_view(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_view(v) for v in value]
+    if value is None or type(value) in (bool, int, float, str):
+        return value
+    if hasattr(value, "tolist"):  # numpy scalars and arrays
+        return json_view(value.tolist())
+    return repr(value)
+
+
+def check_picklable(name: str, value: dict) -> None:
+    """Refuses, when the Param is set, a dict whose items pickle cannot save exactly."""
+    for key, item in value.items():
+        try:
+            cloudpickle.dumps((key, item))
+        except Exception as e:  # pickle raises TypeError, PicklingError, AttributeError...
+            raise InvalidInputError(
+                f"{name}[{key!r}] cannot be pickled ({type(e).__name__}: {e}). {name} reach "
+                "modelFn on every worker and are saved with the estimator: give values "
+                "pickle can copy (numbers, strings, containers, numpy values) and build the "
+                f"rest inside modelFn. Received: {name}[{key!r}]={item!r}") from e
 
 
 def _extra() -> dict:
@@ -64,9 +97,12 @@ class _StageWriter(MLWriter):
 
     def saveImpl(self, path: str) -> None:
         DefaultParamsWriter.saveMetadata(self.instance, path, self.sparkSession,
-                                         extraMetadata=_extra(),
+                                         extraMetadata={**_extra(), **self.extra_metadata()},
                                          paramMap=_json_params(self.instance))
         self.save_artifacts(path)
+
+    def extra_metadata(self) -> dict:
+        return {}
 
     def save_artifacts(self, path: str) -> None:
         raise NotImplementedError
@@ -89,10 +125,14 @@ class _StageReader(MLReader):
 
 
 class TFModelWriter(_StageWriter):
-    """Writes a ``TFModel``: Params metadata and a copy of its SavedModel."""
+    """Writes a ``TFModel``: Params metadata (with the modelPath it came from) and a copy
+    of its SavedModel (the one an MLflow address names)."""
+
+    def extra_metadata(self) -> dict:
+        return {MODEL_SOURCE: self.instance.getModelPath()}
 
     def save_artifacts(self, path: str) -> None:
-        storage.copy_dir(self.instance.getModelPath(), storage.join(path, MODEL_DIR))
+        storage.copy_dir(self.instance._saved_model_path(), storage.join(path, MODEL_DIR))
 
 
 class TFModelReader(_StageReader):
@@ -103,13 +143,15 @@ class TFModelReader(_StageReader):
 
 
 class TFEstimatorWriter(_StageWriter):
-    """Writes a ``TFEstimator``: JSON Params metadata and its pickled modelFn/callbacks."""
+    """Writes a ``TFEstimator``: JSON Params metadata and its pickled modelFn, callbacks
+    and hyperParams."""
 
     def save_artifacts(self, path: str) -> None:
-        callables = {name: self.instance.getOrDefault(name) for name in _NOT_JSON
-                     if self.instance.isSet(name)}
-        with pickling.by_value([callables.get("modelFn"), *callables.get("callbacks", [])]):
-            blob = cloudpickle.dumps(callables)
+        pickled = {name: self.instance.getOrDefault(name) for name in _NOT_JSON + _EXACT
+                   if self.instance.isSet(name)}
+        with pickling.by_value([pickled.get("modelFn"), *pickled.get("callbacks", []),
+                                *pickled.get("hyperParams", {}).values()]):
+            blob = cloudpickle.dumps(pickled)
         storage.write_bytes(storage.join(path, CALLABLES_FILE), blob)
 
 

@@ -51,3 +51,11 @@ def tf_keras_linear(hparams):
     model.compile(optimizer=tf_keras.optimizers.Adam(hparams["learningRate"]), loss="mse",
                   metrics=["mae"])
     return model
+
+
+def digits_keyed(hparams):
+    """digits_sized whose width is hyperParams["ids"][1] (an int key) and which needs
+    hyperParams["shape"] to be the tuple it was set to: JSON would give "1" and a list."""
+    if not isinstance(hparams["shape"], tuple):
+        raise TypeError(f"hyperParams['shape'] came back as {hparams['shape']!r}")
+    return digits_sized({**hparams, "units": hparams["ids"][1]})

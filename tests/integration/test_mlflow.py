@@ -5,7 +5,9 @@ TFModel scores a runs:/ URI; autolog on and off."""
 import numpy as np
 import pandas as pd
 import pytest
+from pyspark.ml import PipelineModel
 from pyspark.ml.linalg import SparseVector
+from pyspark.ml.util import DefaultParamsReader
 
 from sparktf.ml import TFEstimator, TFModel
 from tests.integration import data, model_kinds, models
@@ -103,15 +105,35 @@ def test_autolog_on_records_the_fit_and_off_records_nothing(store, frame):
     assert len(client.search_runs([experiment])) == 1
 
 
-def test_a_registered_model_is_scored_from_its_models_uri(store, frame):
+def test_a_registered_model_is_scored_from_its_models_uri_and_saved(spark, store, frame,
+                                                                    tmp_path):
     with mlflow.start_run() as run:
         model = _est().fit(frame)
     version = mlflow.register_model(f"runs:/{run.info.run_id}/model", "sparktf-linear")
-    scored = TFModel(modelPath=f"models:/sparktf-linear/{version.version}",
-                     featuresCol="features").transform(frame)
+    by_name = TFModel(modelPath=f"models:/sparktf-linear/{version.version}",
+                      featuresCol="features")
     expected = np.array([r.prediction for r in model.transform(frame).collect()])
-    np.testing.assert_allclose([r.prediction for r in scored.collect()], expected,
-                               rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose([r.prediction for r in by_name.transform(frame).collect()],
+                               expected, rtol=1e-6, atol=1e-6)
+
+    # Saved alone and in a pipeline: the stage holds a copy of the SavedModel the address
+    # names, and its metadata says where that came from.
+    by_run = TFModel(modelPath=f"runs:/{run.info.run_id}/model", featuresCol="features")
+    for i, uri_model in enumerate([by_run, by_name]):
+        source = uri_model.getModelPath()
+        uri_model.write().save(str(tmp_path / f"alone{i}"))
+        PipelineModel(stages=[uri_model]).write().save(str(tmp_path / f"pipeline{i}"))
+        alone = TFModel.load(str(tmp_path / f"alone{i}"))
+        staged = PipelineModel.load(str(tmp_path / f"pipeline{i}")).stages[0]
+        stage, = (tmp_path / f"pipeline{i}" / "stages").iterdir()
+        for loaded, folder in [(alone, tmp_path / f"alone{i}"), (staged, stage)]:
+            assert loaded.getModelPath().startswith(str(folder))
+            metadata = DefaultParamsReader.loadMetadata(str(folder), spark)
+            assert metadata["sparktfModelSource"] == source
+            assert metadata["paramMap"]["modelPath"] == source
+            np.testing.assert_array_equal(
+                [r.prediction for r in loaded.transform(frame).collect()],
+                [r.prediction for r in uri_model.transform(frame).collect()])
 
 
 def test_a_tracking_store_that_fails_costs_a_warning_not_the_fit(store, frame, tmp_path,

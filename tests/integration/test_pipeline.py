@@ -15,6 +15,7 @@ from pyspark.ml.tuning import (
     ParamGridBuilder,
     TrainValidationSplit,
 )
+from pyspark.ml.util import DefaultParamsReader
 
 import sparktf
 from sparktf.ml import TFEstimator, TFModel
@@ -34,11 +35,33 @@ def digits(spark):
     return frame(Xtr, ytr).cache(), frame(Xte, yte).cache()
 
 
+# hyperParams that JSON cannot carry: a tuple, non-str keys, NaN and infinity, numpy
+# scalars, bytes; they come back exactly (pickled beside the metadata, as modelFn is)
+EXACT_HP = {"shape": (2, 3), "ids": {1: 16, (0, 1): "pair", None: [1, (2, 3)]},
+            "nested": {"a": {"b": (1.5, "x")}}, "missing": float("nan"), "cap": float("inf"),
+            "count": np.int64(7), "scale": np.float32(0.5), "raw": b"\x00\xff", "flag": True}
+
+
+def _same(a, b) -> bool:
+    """Equal values of the same types all the way down (NaN equal to NaN)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return len(a) == len(b) and all(_same(ka, kb) and _same(a[ka], b[kb])
+                                        for ka, kb in zip(a, b))
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(map(_same, a, b))
+    if isinstance(a, (float, np.floating)) and np.isnan(a):
+        return bool(np.isnan(b))
+    return bool(a == b)
+
+
 def _pipeline(**est_params):
+    est_params = {"modelFn": models.digits_mlp, **est_params}
     return Pipeline(stages=[
         VectorAssembler(inputCols=PIXELS, outputCol="raw"),
         StandardScaler(inputCol="raw", outputCol="features"),
-        TFEstimator(modelFn=models.digits_mlp, numWorkers=2, batchSize=64, **est_params)])
+        TFEstimator(numWorkers=2, batchSize=64, **est_params)])
 
 
 def _predictions(model, df):
@@ -66,24 +89,34 @@ def test_pipeline_fits_saves_and_reloads_with_identical_predictions(spark, digit
     np.testing.assert_array_equal(before[1], after[1])
 
 
-def test_unfitted_pipeline_and_estimator_round_trip(spark, tmp_path):
-    pipeline = _pipeline(epochs=2, learningRate=0.01, hyperParams={"units": 16})
+def test_unfitted_pipeline_and_estimator_round_trip(spark, digits, tmp_path):
+    pipeline = _pipeline(modelFn=models.digits_keyed, epochs=2, learningRate=0.01,
+                         hyperParams=EXACT_HP)
     pipeline.write().overwrite().save(str(tmp_path / "unfitted"))
+    original = pipeline.getStages()[-1]
+    original.write().save(str(tmp_path / "estimator"))
     loaded = Pipeline.load(str(tmp_path / "unfitted"))
     est = loaded.getStages()[-1]
     assert isinstance(est, TFEstimator)
-    assert (est.getEpochs(), est.getLearningRate(), est.getHyperParams(), est.getNumWorkers()) \
-        == (2, 0.01, {"units": 16}, 2)
+    assert (est.getEpochs(), est.getLearningRate(), est.getNumWorkers()) == (2, 0.01, 2)
+    assert _same(est.getHyperParams(), EXACT_HP), est.getHyperParams()
+    assert _same(TFEstimator.load(str(tmp_path / "estimator")).getHyperParams(), EXACT_HP)
+    metadata = DefaultParamsReader.loadMetadata(str(tmp_path / "estimator"), spark)
+    view = metadata["paramMap"]["hyperParams"]  # a readable JSON view stays
+    assert view["shape"] == [2, 3] and view["ids"]["1"] == 16 and view["count"] == 7
     model = est.getModelFn()(est.hparams())  # the pickled modelFn still builds the model
     assert model.count_params() > 0 and model.optimizer is not None
-    original = pipeline.getStages()[-1]
     assert est.uid == original.uid
+    est.setEpochs(1)  # and the workers get the exact hyperParams too
+    fitted = loaded.fit(digits[0])
+    assert len(fitted.stages[-1].getHistory()["loss"]) == 1
 
 
 def test_cross_validator_picks_the_better_learning_rate_and_reloads(spark, digits, tmp_path):
     train, test = digits
-    est = TFEstimator(modelFn=models.digits_mlp, featuresCol="features", numWorkers=2,
-                      epochs=4, batchSize=64)
+    hyper_params = {"shape": (2, 3), "ids": {1: 64}}  # digits_mlp's width, at an int key
+    est = TFEstimator(modelFn=models.digits_keyed, featuresCol="features", numWorkers=2,
+                      epochs=4, batchSize=64, hyperParams=hyper_params)
     assembled = VectorAssembler(inputCols=PIXELS, outputCol="features")
     grid = ParamGridBuilder().addGrid(est.learningRate, [1e-5, 3e-3]).build()
     cv = CrossValidator(estimator=est, estimatorParamMaps=grid, numFolds=2, parallelism=2,
@@ -100,6 +133,8 @@ def test_cross_validator_picks_the_better_learning_rate_and_reloads(spark, digit
     assert MulticlassClassificationEvaluator(metricName="accuracy").evaluate(scored) > 0.85
     loaded_est = loaded.getEstimator()
     assert isinstance(loaded_est, TFEstimator) and loaded_est.getModelFn() is not None
+    assert _same(loaded_est.getHyperParams(), hyper_params), loaded_est.getHyperParams()
+    assert loaded_est.getModelFn()(loaded_est.hparams()).count_params() > 0
 
 
 @pytest.mark.parametrize("name", ["two outputs", "strings"])  # "assembled": the test above

@@ -1,5 +1,8 @@
 """pyspark.ml conformance of TFEstimator and TFModel, in the spirit of pyspark's check_params."""
 
+import threading
+
+import numpy as np
 import pytest
 from pyspark.ml.param import Param, TypeConverters
 
@@ -67,6 +70,8 @@ def test_constructor_set_params_and_setters_agree():
     ("modelFn", 42, "modelFn must be a callable"),
     ("callbacks", [object()], "keras.callbacks.Callback"),
     ("hyperParams", [1], "hyperParams must be a dict"),
+    ("hyperParams", {"units": 8, "lock": threading.Lock()},
+     "hyperParams['lock'] cannot be pickled"),
 ])
 def test_bad_values_are_rejected_when_set(param, value, message):
     with pytest.raises(sparktf.InvalidInputError) as info:
@@ -188,3 +193,12 @@ def test_the_estimator_carries_output_mapping_to_its_model():
     model = est._make_model([chief])
     assert (model.getOutputMapping(), model.getPredictionCol()) == (mapping, "hat")
     assert not TFEstimator()._make_model([chief]).isSet("outputMapping")
+
+
+def test_hyper_params_have_a_readable_json_view():
+    from sparktf.ml.persistence import json_view
+    view = json_view({"shape": (2, 3), "ids": {1: "a", (0, 1): b"\x00"}, "n": np.int64(7),
+                      "x": np.float32(0.5), "a": np.arange(2), "inf": float("inf")})
+    assert view == {"shape": [2, 3], "ids": {"1": "a", "(0, 1)": "b'\\x00'"}, "n": 7,
+                    "x": 0.5, "a": [0, 1], "inf": float("inf")}
+    assert type(view["n"]) is int and type(view["x"]) is float
