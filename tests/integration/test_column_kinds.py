@@ -157,8 +157,10 @@ def test_inputs_by_name_without_input_cols_and_parquet_mode_equal_stream_mode(sp
     streamed = TFEstimator(**common).fit(df)
     copied = TFEstimator(inputMode="parquet", modelDir=str(tmp_path), **common).fit(df)
     assert streamed.getInputMapping() == {"city": "city", "seq": "seq", "area": "area"}
+    # one full-batch step: the copy's rows come in another order, and float32 sums in
+    # another order differ in the 7th digit (1.005e-6 measured)
     np.testing.assert_allclose(copied.getHistory()["loss"], streamed.getHistory()["loss"],
-                               rtol=1e-6)
+                               rtol=1e-5)
     reordered = TFEstimator(inputCols=["seq", "area", "city"], **common).fit(df)
     np.testing.assert_allclose(reordered.getHistory()["loss"], streamed.getHistory()["loss"],
                                rtol=1e-6)
