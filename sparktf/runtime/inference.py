@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sparktf.runtime import columns, gpu, storage, tensors
+from sparktf.runtime import columns, gpu, length_groups, storage, tensors
 
 REGRESSION, BINARY, MULTICLASS = "regression", "binary", "multiclass"
 
@@ -342,21 +342,18 @@ def valid_rows(batch: pa.RecordBatch, names: Sequence[str]) -> np.ndarray:
 
 
 def run_model(fn, spec: ScoreSpec, batch: pa.RecordBatch, device: str = "/CPU:0") -> dict:
-    """Signature outputs (numpy, valid rows only) and the valid-row mask."""
+    """Signature outputs (numpy, valid rows only; ``length_groups``) and the valid-row mask."""
     import tensorflow as tf
 
     valid = valid_rows(batch, [b.column for b in spec.inputs])
     rows = batch.filter(pa.array(valid)) if not valid.all() else batch
     arrays = {b.input_name: model_input(rows.column(b.column), b) for b in spec.inputs}
-    results: dict[str, list] = collections.defaultdict(list)
-    with tf.device(device):
-        for start in range(0, rows.num_rows, spec.batch_size):
-            call = {k: tf.constant(v[start:start + spec.batch_size])
-                    for k, v in arrays.items()}
-            for name, value in fn(**call).items():
-                results[name].append(value.numpy())
-    merged = {k: np.concatenate(v) for k, v in results.items()}
-    return {"valid": valid, "values": merged}
+    lengths = {b.input_name: length_groups.open_lengths(_plain(rows.column(b.column)), b.shape)
+               for b in spec.inputs}
+    with tf.device(device):  # rows of equal lengths together: a row scores as if alone
+        values = length_groups.call(fn, arrays, {k: v for k, v in lengths.items()
+                                                 if v is not None}, spec.batch_size)
+    return {"valid": valid, "values": values}
 
 
 def model_input(column: pa.Array, binding: InputBinding) -> np.ndarray:
@@ -384,6 +381,8 @@ def output_arrays(n: int, spec: ScoreSpec, outputs: dict) -> tuple[list, list]:
     p = spec.prediction
     if p is not None:
         out = values.get(p.output_name)
+        if isinstance(out, length_groups.RowArrays):
+            length_groups.refuse_prediction(p.output_name)
         prediction, probability, raw = (classify(out, p.kind, p.from_logits)
                                         if out is not None else (None, None, None))
         arrays.append(_column(prediction, valid, n, 1, "float64"))
@@ -397,6 +396,8 @@ def output_arrays(n: int, spec: ScoreSpec, outputs: dict) -> tuple[list, list]:
 
 def _column(values, valid: np.ndarray, n: int, width: int | None, dtype: str) -> pa.Array:
     """A column of ``n`` rows: ``values`` at the valid rows, null elsewhere."""
+    if isinstance(values, length_groups.RowArrays):
+        return length_groups.list_column(values, valid, n, dtype)
     if dtype == "string":
         return _text_column(values, valid, n, width)
     mask = pa.array(~valid)
