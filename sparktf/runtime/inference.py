@@ -71,6 +71,7 @@ class ScoreSpec:
     outputs: tuple[OutputBinding, ...] = ()
     prediction: PredictionColumns | None = None
     use_gpu: str | bool = "auto"
+    pad_length: int | None = None  # TFModel.padLength: open lengths padded to it, not grouped
 
 
 class ModelCache:
@@ -347,21 +348,27 @@ def run_model(fn, spec: ScoreSpec, batch: pa.RecordBatch, device: str = "/CPU:0"
 
     valid = valid_rows(batch, [b.column for b in spec.inputs])
     rows = batch.filter(pa.array(valid)) if not valid.all() else batch
-    arrays = {b.input_name: model_input(rows.column(b.column), b) for b in spec.inputs}
-    lengths = {b.input_name: length_groups.open_lengths(_plain(rows.column(b.column)), b.shape)
-               for b in spec.inputs}
+    arrays = {b.input_name: model_input(rows.column(b.column), b, spec.pad_length)
+              for b in spec.inputs}
+    lengths = {} if spec.pad_length else {
+        b.input_name: length_groups.open_lengths(_plain(rows.column(b.column)), b.shape)
+        for b in spec.inputs}
     with tf.device(device):  # rows of equal lengths together: a row scores as if alone
         values = length_groups.call(fn, arrays, {k: v for k, v in lengths.items()
                                                  if v is not None}, spec.batch_size)
     return {"valid": valid, "values": values}
 
 
-def model_input(column: pa.Array, binding: InputBinding) -> np.ndarray:
-    """One input column of a batch as the signature input declares it (``columns``)."""
+def model_input(column: pa.Array, binding: InputBinding, pad_length: int | None = None
+                ) -> np.ndarray:
+    """One input column of a batch as the signature input declares it (``columns``), an
+    open length as ``pad_length`` where given (``length_groups.padded_shape``)."""
     shape = binding.shape
     if shape == (None,) and not columns.is_list_type(column.type) and \
             not columns.is_vector_type(column.type):
         shape = (1,)  # a scalar into an input of unknown length: one value per row
+    elif pad_length:
+        shape = length_groups.padded_shape(_plain(column), binding.column, shape, pad_length)
     values = columns.chunk_values(columns.spill_array(column, binding.column), binding.column)
     if shape == () and getattr(values, "ndim", 1) == 2 and values.shape[1] == 1:
         values = values[:, 0]

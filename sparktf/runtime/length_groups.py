@@ -7,7 +7,8 @@ layer over an unmasked ``Embedding``) would score the same row differently under
 partitioning or ``batchSize``. Instead the rows of a batch are grouped by their lengths
 and each group is called at its own length, unpadded: every row is scored as if alone.
 Serving signatures declare those lengths ``None``, so calls of different lengths reuse
-one graph (no retracing).
+one graph (no retracing). ``TFModel``'s ``padLength`` pads such inputs to one fixed length
+instead (``padded_shape``): one call per batch, still independent of the neighbours.
 
 An output whose length follows its row's (a per-token output) then differs from group
 to group: it comes back as ``RowArrays``, each row's own array.
@@ -42,6 +43,23 @@ def open_lengths(column: pa.Array, shape) -> np.ndarray | None:
         return None
     lengths = pc.list_value_length(column).to_numpy(zero_copy_only=False)
     return lengths if len(lengths) and (lengths != lengths[0]).any() else None
+
+
+def padded_shape(column: pa.Array, name: str, shape, pad_length: int):
+    """``shape`` with an open length fixed at ``pad_length`` for an array column (``TFModel``'s
+    ``padLength``: one call per batch, each row padded as ``pad_sequences(maxlen=...)``
+    would); refuses a longer row, naming the column."""
+    if not shape or shape[0] is not None or not (
+            pa.types.is_list(column.type) or pa.types.is_large_list(column.type)):
+        return shape
+    longest = pc.max(pc.list_value_length(column)).as_py() or 0
+    if longest > pad_length:
+        raise InvalidInputError(
+            f"Column '{name}' has a row of length {longest}, longer than padLength="
+            f"{pad_length}; sparktf pads shorter rows but never truncates. Set padLength >= "
+            f"{longest}, leave it unset (each row scored at its own length), or cut the "
+            "arrays in Spark first (slice(col, 1, n)).")
+    return (pad_length, *shape[1:])
 
 
 def call(fn, arrays: dict, lengths: dict, batch_size: int) -> dict:

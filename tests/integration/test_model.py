@@ -238,6 +238,8 @@ def test_the_signature_is_read_without_loading_the_model_and_leaves_nothing(spar
 def test_a_row_of_any_length_scores_as_alone_whatever_its_neighbours(spark, sequence_model):
     """Issue 33: an input of length None was padded to each batch's longest row, so a row's
     prediction depended on the partitioning and batchSize (0.01-0.03 apart)."""
+    import keras
+
     keras_model, path = sequence_model
     df, seqs = _sequences(spark)
     alone = [float(keras_model(np.array([s], dtype="int32"))[0, 0]) for s in seqs]
@@ -250,3 +252,13 @@ def test_a_row_of_any_length_scores_as_alone_whatever_its_neighbours(spark, sequ
             assert sorted(scored) == list(range(len(seqs)))
             np.testing.assert_allclose([scored[i] for i in range(len(seqs))], alone,
                                        rtol=0, atol=1e-6)
+    # padLength: every row padded to 12 (one call per batch), as pad_sequences pads it alone
+    padded = keras.utils.pad_sequences(seqs, maxlen=12, padding="post", value=0)
+    alone_padded = [float(keras_model(padded[i:i + 1])[0, 0]) for i in range(len(seqs))]
+    for partitions, batch_size in ((1, 4096), (4, 3)):
+        model = TFModel(modelPath=path, inputMapping={"ids": "ids"}, batchSize=batch_size,
+                        padLength=12)
+        scored = {r.id: r.prediction for r in model.transform(df.repartition(partitions))
+                  .collect()}
+        np.testing.assert_allclose([scored[i] for i in range(len(seqs))], alone_padded,
+                                   rtol=0, atol=1e-6)

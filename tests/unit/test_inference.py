@@ -145,3 +145,13 @@ def test_a_per_token_output_has_no_single_prediction():
     outputs = inference.run_model(_mean_and_running_sum(), spec, batch)
     with pytest.raises(sparktf.InvalidInputError, match="outputMapping=.*'running'"):
         inference.output_arrays(2, spec, outputs)
+
+
+def test_pad_length_pads_open_lengths_and_refuses_a_longer_row():
+    binding = InputBinding("seq", "ids", (None,), "int32")
+    column = pa.array([[5, 6], [7], [1, 2, 3]])
+    np.testing.assert_array_equal(inference.model_input(column, binding, pad_length=4),
+                                  [[5, 6, 0, 0], [7, 0, 0, 0], [1, 2, 3, 0]])
+    with pytest.raises(sparktf.InvalidInputError, match="'seq' has a row of length 3, longer "
+                       "than padLength=2.*padLength >= 3"):
+        inference.model_input(column, binding, pad_length=2)
