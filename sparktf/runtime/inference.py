@@ -289,7 +289,9 @@ def score_arrays(spec: ScoreSpec, columns: Iterator[Sequence[pa.Array]]
 
     ``columns`` yields, per Arrow batch, one array per ``spec.inputs`` binding. Rows are
     carried across Arrow batches so that every signature call gets a full ``batchSize``
-    rows (Spark's iterator UDFs only need the outputs, in order, to add up to the inputs).
+    rows (Spark's iterator UDFs only need the outputs, in order, to add up to the inputs),
+    or, for an input of length None, every row of one length in the batch
+    (``length_groups``): how rows are batched never changes a row's outputs.
     """
     start_tensorflow()
     device = task_device(spec.use_gpu)
