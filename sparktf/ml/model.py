@@ -46,6 +46,10 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
         Signature to call, ``"serving_default"`` by default.
     batchSize : int
         Rows per signature call (4096 by default).
+    padLength : int, optional
+        For an input of length ``None``: unset, each row is scored at its own length, as
+        alone (rows of equal length share calls); set, rows are padded at the end to this
+        length (one call per batch) and a longer row is refused.
 
     Examples
     --------
@@ -60,7 +64,7 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
                  signature="serving_default", batchSize=4096, featuresCol="features",
                  inputCols=None, predictionCol="prediction", probabilityCol="probability",
                  rawPredictionCol="rawPrediction", useGpu="auto", predictionKind="auto",
-                 fromLogits=False, history=None):
+                 fromLogits=False, history=None, padLength=None):
         super().__init__()
         self._set(**without_none(self._input_kwargs))
 
@@ -69,7 +73,7 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
                   signature="serving_default", batchSize=4096, featuresCol="features",
                   inputCols=None, predictionCol="prediction", probabilityCol="probability",
                   rawPredictionCol="rawPrediction", useGpu="auto", predictionKind="auto",
-                  fromLogits=False, history=None):
+                  fromLogits=False, history=None, padLength=None):
         """Sets the given Params; see the constructor."""
         return self._set(**without_none(self._input_kwargs))
 
@@ -148,7 +152,8 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
             raise InvalidInputError(str(e.args[0])) from e
         bindings = self._input_bindings(inputs, df_schema)
         spec = dict(model_path=path, signature=self.getSignature(),
-                    batch_size=self.getBatchSize(), inputs=bindings, use_gpu=self.getUseGpu())
+                    batch_size=self.getBatchSize(), inputs=bindings, use_gpu=self.getUseGpu(),
+                    pad_length=self.getPadLength())
         if self.getOutputMapping() or len(outputs) > 1:
             return inference.ScoreSpec(**spec, outputs=self._output_bindings(outputs))
         if len(outputs) == 1 and next(iter(outputs.values()))[1] == "string":

@@ -356,6 +356,10 @@ class _TFModelParams(_TFSharedParams):
     fromLogits: Param = _param("fromLogits", "whether the classifier outputs logits (then "
                                "probabilityCol applies sigmoid/softmax)",
                                TypeConverters.toBoolean)
+    padLength: Param = _param("padLength", "unset: a row of an input of length None is "
+                              "scored at its own length; n: such rows are padded at the end to "
+                              "n (faster for recurrent models over many distinct lengths)",
+                              _int_at_least("padLength", 1))
 
     def __init__(self, *args):
         super().__init__(*args)
@@ -379,6 +383,9 @@ class _TFModelParams(_TFSharedParams):
 
     def getFromLogits(self) -> bool:
         return self.getOrDefault(self.fromLogits)
+
+    def getPadLength(self) -> int | None:
+        return self.getOrDefault(self.padLength) if self.isDefined(self.padLength) else None
 
     def getHistory(self) -> dict:
         """Per-epoch training metrics, e.g. ``{"loss": [...], "accuracy": [...]}``."""

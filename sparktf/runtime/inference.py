@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sparktf.runtime import columns, gpu, storage, tensors
+from sparktf.runtime import columns, gpu, length_groups, storage, tensors
 
 REGRESSION, BINARY, MULTICLASS = "regression", "binary", "multiclass"
 
@@ -71,6 +71,7 @@ class ScoreSpec:
     outputs: tuple[OutputBinding, ...] = ()
     prediction: PredictionColumns | None = None
     use_gpu: str | bool = "auto"
+    pad_length: int | None = None  # TFModel.padLength: open lengths padded to it, not grouped
 
 
 class ModelCache:
@@ -288,7 +289,9 @@ def score_arrays(spec: ScoreSpec, columns: Iterator[Sequence[pa.Array]]
 
     ``columns`` yields, per Arrow batch, one array per ``spec.inputs`` binding. Rows are
     carried across Arrow batches so that every signature call gets a full ``batchSize``
-    rows (Spark's iterator UDFs only need the outputs, in order, to add up to the inputs).
+    rows (Spark's iterator UDFs only need the outputs, in order, to add up to the inputs),
+    or, for an input of length None, every row of one length in the batch
+    (``length_groups``): how rows are batched never changes a row's outputs.
     """
     start_tensorflow()
     device = task_device(spec.use_gpu)
@@ -342,31 +345,34 @@ def valid_rows(batch: pa.RecordBatch, names: Sequence[str]) -> np.ndarray:
 
 
 def run_model(fn, spec: ScoreSpec, batch: pa.RecordBatch, device: str = "/CPU:0") -> dict:
-    """Signature outputs (numpy, valid rows only) and the valid-row mask."""
+    """Signature outputs (numpy, valid rows only; ``length_groups``) and the valid-row mask."""
     import tensorflow as tf
 
     valid = valid_rows(batch, [b.column for b in spec.inputs])
     if not valid.any():  # every row null: no model call, null outputs
         return {"valid": valid, "values": {}}
     rows = batch.filter(pa.array(valid)) if not valid.all() else batch
-    arrays = {b.input_name: model_input(rows.column(b.column), b) for b in spec.inputs}
-    results: dict[str, list] = collections.defaultdict(list)
-    with tf.device(device):
-        for start in range(0, rows.num_rows, spec.batch_size):
-            call = {k: tf.constant(v[start:start + spec.batch_size])
-                    for k, v in arrays.items()}
-            for name, value in fn(**call).items():
-                results[name].append(value.numpy())
-    merged = {k: np.concatenate(v) for k, v in results.items()}
-    return {"valid": valid, "values": merged}
+    arrays = {b.input_name: model_input(rows.column(b.column), b, spec.pad_length)
+              for b in spec.inputs}
+    lengths = {} if spec.pad_length else {
+        b.input_name: length_groups.open_lengths(_plain(rows.column(b.column)), b.shape)
+        for b in spec.inputs}
+    with tf.device(device):  # rows of equal lengths together: a row scores as if alone
+        values = length_groups.call(fn, arrays, {k: v for k, v in lengths.items()
+                                                 if v is not None}, spec.batch_size)
+    return {"valid": valid, "values": values}
 
 
-def model_input(column: pa.Array, binding: InputBinding) -> np.ndarray:
-    """One input column of a batch as the signature input declares it (``columns``)."""
+def model_input(column: pa.Array, binding: InputBinding, pad_length: int | None = None
+                ) -> np.ndarray:
+    """One input column of a batch as the signature input declares it (``columns``), an
+    open length as ``pad_length`` where given (``length_groups.padded_shape``)."""
     shape = binding.shape
     if shape == (None,) and not columns.is_list_type(column.type) and \
             not columns.is_vector_type(column.type):
         shape = (1,)  # a scalar into an input of unknown length: one value per row
+    elif pad_length:
+        shape = length_groups.padded_shape(_plain(column), binding.column, shape, pad_length)
     values = columns.chunk_values(columns.spill_array(column, binding.column), binding.column)
     if shape == () and getattr(values, "ndim", 1) == 2 and values.shape[1] == 1:
         values = values[:, 0]
@@ -386,6 +392,8 @@ def output_arrays(n: int, spec: ScoreSpec, outputs: dict) -> tuple[list, list]:
     p = spec.prediction
     if p is not None:
         out = values.get(p.output_name)
+        if isinstance(out, length_groups.RowArrays):
+            length_groups.refuse_prediction(p.output_name)
         prediction, probability, raw = (classify(out, p.kind, p.from_logits)
                                         if out is not None else (None, None, None))
         arrays.append(_column(prediction, valid, n, 1, "float64"))
@@ -399,6 +407,8 @@ def output_arrays(n: int, spec: ScoreSpec, outputs: dict) -> tuple[list, list]:
 
 def _column(values, valid: np.ndarray, n: int, width: int | None, dtype: str) -> pa.Array:
     """A column of ``n`` rows: ``values`` at the valid rows, null elsewhere."""
+    if isinstance(values, length_groups.RowArrays):
+        return length_groups.list_column(values, valid, n, dtype)
     if dtype == "string":
         return _text_column(values, valid, n, width)
     mask = pa.array(~valid)

@@ -3,7 +3,8 @@ can become it.
 
 ``to_input`` reshapes a flat array that holds the declared shape's values, pads arrays at
 the end to the declared length (``keras.utils.pad_sequences(padding="post", value=0)``)
-or, for a length of ``None``, to the batch's longest row, and casts to the declared dtype
+or, for a length of ``None``, to the batch's longest row (scoring then calls each length
+unpadded: ``length_groups``), and casts to the declared dtype
 (integers never pass through float32). ``check_input`` refuses, before any batch, a
 column that cannot become its input, from what every task saw of it (``ColumnInfo``).
 """
@@ -50,8 +51,8 @@ def check_input(column: str, info: ColumnInfo, spark: str, input_name: str, shap
 def too_long(column: str, length: int, limit: int) -> str:
     return (f"Column '{column}' has a row of length {length}, longer than the model input's "
             f"declared length {limit}; sparktf pads shorter rows but never truncates. "
-            f"Declare the input with length >= {length} (or None: each batch padded to its "
-            "longest row), or cut the arrays in Spark first (slice(col, 1, n)).")
+            f"Declare the input with length >= {length} (or None: any length), or cut the "
+            "arrays in Spark first (slice(col, 1, n)).")
 
 
 def _shape_error(column, spark, declared, info) -> None:

@@ -43,6 +43,26 @@ def saved_models(tmp_path_factory):
     return paths
 
 
+@pytest.fixture(scope="module")
+def sequence_model(tmp_path_factory):
+    """A Keras model on token ids of any length, unmasked: padding would change its output."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    ids = keras.Input((None,), dtype="int32", name="ids")
+    pooled = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(50, 4)(ids))
+    model = keras.Model(ids, keras.layers.Dense(1)(pooled))
+    path = str(tmp_path_factory.mktemp("sequence") / "model")
+    model.export(path, verbose=False)
+    return model, path
+
+
+def _sequences(spark, n=40, seed=1):
+    rng = np.random.default_rng(seed)
+    seqs = [rng.integers(1, 50, size=rng.integers(1, 12)).tolist() for _ in range(n)]
+    return spark.createDataFrame(list(enumerate(seqs)), "id long, ids array<int>"), seqs
+
+
 def _vectors(spark, n=1000, partitions=10):
     rng = np.random.default_rng(0)
     X = rng.normal(size=(n, 3)).astype("float32")
@@ -223,3 +243,32 @@ def test_the_signature_is_read_without_loading_the_model_and_leaves_nothing(spar
         assert model.transform(df).columns == ["id", "x", "y"]
         model.udf()
     assert set(glob.glob(pattern)) == before
+
+
+def test_a_row_of_any_length_scores_as_alone_whatever_its_neighbours(spark, sequence_model):
+    """Issue 33: an input of length None was padded to each batch's longest row, so a row's
+    prediction depended on the partitioning and batchSize (0.01-0.03 apart)."""
+    import keras
+
+    keras_model, path = sequence_model
+    df, seqs = _sequences(spark)
+    alone = [float(keras_model(np.array([s], dtype="int32"))[0, 0]) for s in seqs]
+    for partitions, batch_size in ((1, 4096), (4, 3)):
+        frame = df.repartition(partitions)
+        model = TFModel(modelPath=path, inputMapping={"ids": "ids"}, batchSize=batch_size)
+        by_transform = {r.id: r.prediction for r in model.transform(frame).collect()}
+        by_udf = {r.id: r.p for r in frame.select("id", model.udf()("ids").alias("p")).collect()}
+        for scored in (by_transform, by_udf):
+            assert sorted(scored) == list(range(len(seqs)))
+            np.testing.assert_allclose([scored[i] for i in range(len(seqs))], alone,
+                                       rtol=0, atol=1e-6)
+    # padLength: every row padded to 12 (one call per batch), as pad_sequences pads it alone
+    padded = keras.utils.pad_sequences(seqs, maxlen=12, padding="post", value=0)
+    alone_padded = [float(keras_model(padded[i:i + 1])[0, 0]) for i in range(len(seqs))]
+    for partitions, batch_size in ((1, 4096), (4, 3)):
+        model = TFModel(modelPath=path, inputMapping={"ids": "ids"}, batchSize=batch_size,
+                        padLength=12)
+        scored = {r.id: r.prediction for r in model.transform(df.repartition(partitions))
+                  .collect()}
+        np.testing.assert_allclose([scored[i] for i in range(len(seqs))], alone_padded,
+                                   rtol=0, atol=1e-6)

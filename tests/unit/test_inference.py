@@ -4,6 +4,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+import sparktf
 from sparktf.runtime import inference
 from sparktf.runtime.inference import InputBinding, OutputBinding, ScoreSpec
 
@@ -138,3 +139,62 @@ def test_pandas_cells_become_what_spark_sends():
                                   [[1, 2, 3], [0, 5, 0], [0, 0, 7]])
     assert rows.column("a").to_pylist() == [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]
     assert batch.column("x").null_count == 1
+
+
+def _mean_and_running_sum():
+    """A signature-like function of two open-length inputs: each row's mean of ``a`` plus
+    the length of ``b`` (padding would change both), and a per-token output."""
+    import tensorflow as tf
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int64, name="a"),
+                                  tf.TensorSpec([None, None], tf.float32, name="b")])
+    def serve(a, b):
+        mean = tf.reduce_mean(tf.cast(a, tf.float32), axis=1)
+        return {"score": mean + tf.cast(tf.shape(b)[1], tf.float32),
+                "running": tf.cumsum(tf.cast(a, tf.float32), axis=1)}
+
+    return serve.get_concrete_function()
+
+
+def test_rows_of_open_length_are_scored_at_their_own_length_in_row_order():
+    """Issue 33: rows were padded to the batch's longest, so a row's score depended on it."""
+    a = [[1, 2, 3], [4], None, [5, 6], [7], [8, 9, 10, 11]]
+    b = [[0.5], [1.0, 2.0], [1.0], [3.0], [1.0, 1.0], [2.0]]
+    batch = pa.RecordBatch.from_arrays([pa.array(a), pa.array(b, pa.list_(pa.float32()))],
+                                       names=["a", "b"])
+    spec = ScoreSpec("unused", "serving_default", 2,
+                     (InputBinding("a", "a", (None,), "int64"),
+                      InputBinding("b", "b", (None,), "float32")),
+                     outputs=(OutputBinding("score", "score", "scalar", "float32"),
+                              OutputBinding("running", "running", "vector", "float32")))
+    outputs = inference.run_model(_mean_and_running_sum(), spec, batch)
+    names, arrays = inference.output_arrays(len(a), spec, outputs)
+    scored = dict(zip(names, (x.to_pylist() for x in arrays)))
+    assert scored["score"] == [None if x is None else pytest.approx(np.mean(x) + len(y))
+                               for x, y in zip(a, b)]
+    assert scored["running"] == [None if x is None else np.cumsum(x).tolist() for x in a]
+    assert arrays[1].type == pa.list_(pa.float32())
+
+
+def test_a_per_token_output_has_no_single_prediction():
+    batch = pa.RecordBatch.from_arrays([pa.array([[1, 2], [3]]),
+                                        pa.array([[1.0], [1.0]], pa.list_(pa.float32()))],
+                                       names=["a", "b"])
+    spec = ScoreSpec("unused", "serving_default", 8,
+                     (InputBinding("a", "a", (None,), "int64"),
+                      InputBinding("b", "b", (None,), "float32")),
+                     prediction=inference.PredictionColumns("running", "multiclass", False,
+                                                            "prediction", None, None))
+    outputs = inference.run_model(_mean_and_running_sum(), spec, batch)
+    with pytest.raises(sparktf.InvalidInputError, match="outputMapping=.*'running'"):
+        inference.output_arrays(2, spec, outputs)
+
+
+def test_pad_length_pads_open_lengths_and_refuses_a_longer_row():
+    binding = InputBinding("seq", "ids", (None,), "int32")
+    column = pa.array([[5, 6], [7], [1, 2, 3]])
+    np.testing.assert_array_equal(inference.model_input(column, binding, pad_length=4),
+                                  [[5, 6, 0, 0], [7, 0, 0, 0], [1, 2, 3, 0]])
+    with pytest.raises(sparktf.InvalidInputError, match="'seq' has a row of length 3, longer "
+                       "than padLength=2.*padLength >= 3"):
+        inference.model_input(column, binding, pad_length=2)

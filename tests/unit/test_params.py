@@ -10,7 +10,7 @@ import sparktf
 from sparktf.ml import TFEstimator, TFModel
 
 NO_DEFAULT = {"inputCols", "labelCols", "validationCol", "modelDir", "modelPath", "taskCpus",
-              "taskGpus", "weightCol", "classWeight"}
+              "taskGpus", "weightCol", "classWeight", "padLength"}
 
 
 def build(hparams):
