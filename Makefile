@@ -55,9 +55,12 @@ lint: $(STAMP)
 	$(BIN)/ruff check sparktf tests bench examples
 	$(BIN)/lint-imports
 
-# The unit tests and one fit + transform at the lowest declared versions.
+# The unit tests and one fit + transform at the lowest declared versions. The process
+# lifecycle tests of spares and task watchdogs (a minute of forks and TensorFlow imports,
+# the same at any version) run in `make test` only: the smoke fit forks from spares here.
 test-lowest: java-check $(LOWEST_STAMP)
-	$(LOWEST)/bin/python -m pytest -p no:cacheprovider tests/unit tests/integration/test_smoke.py
+	$(LOWEST)/bin/python -m pytest -p no:cacheprovider tests/unit tests/integration/test_smoke.py \
+		--deselect tests/unit/test_spare.py --deselect tests/unit/test_task_watchdog.py
 
 # A Spark standalone cluster (a master and 3 workers from the installed pyspark) and
 # applications submitted to it with spark-submit; part of `make test` too.
