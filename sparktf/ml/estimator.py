@@ -333,6 +333,8 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
         for param in ("inputCols", "outputMapping"):
             if self.isSet(param):
                 model._set(**{param: self.getOrDefault(param)})
+        model_fn, hparams = self.getModelFn(), self.hparams()
+        model._build = lambda: model_fn(dict(hparams))  # for getKerasModel, this session
         model._set(history=history, inputMapping=chief["input_mapping"],
                    predictionKind=chief["prediction_kind"], fromLogits=chief["from_logits"])
         return model

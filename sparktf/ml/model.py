@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from typing import Iterator, Tuple
 
 from pyspark import keyword_only
@@ -16,6 +18,7 @@ from sparktf.errors import InvalidInputError
 from sparktf.ml.params import _TFModelParams, add_setters, without_none
 from sparktf.ml.persistence import TFModelReader, TFModelWriter
 from sparktf.runtime import inference, storage
+from sparktf.runtime.training.spec import KERAS_FILE
 
 MLFLOW_SCHEMES = ("runs:/", "models:/")  # modelPath naming a model sparktf logged to MLflow
 _SPARK_TYPES = {"float32": T.FloatType(), "float64": T.DoubleType(), "int32": T.IntegerType(),
@@ -128,6 +131,42 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
         if session is not None:
             checks.app_executor_python(sessions.Session(session))
         return _arrow_udf(spec, return_type, lambda names, arrays: arrays[names.index(take)])
+
+    def getKerasModel(self, custom_objects: dict | None = None):
+        """The trained Keras model: the ``.keras`` file its fit exported beside the
+        SavedModel (a saved ``TFModel`` keeps it too), loaded by ``keras.saving.load_model``;
+        its ``predict`` gives what ``transform`` gives. Custom layers, losses and metrics
+        load as Keras loads them (registered with
+        ``keras.saving.register_keras_serializable``, or in ``custom_objects``); in the
+        session that fitted it, the fit's own ``modelFn`` builds the model instead when
+        Keras cannot, and the file's weights are loaded into it.
+
+        Only a model ``TFEstimator.fit`` made has one: a ``TFModel`` built on a bare
+        SavedModel raises ``InvalidInputError``."""
+        import keras
+
+        source = storage.join(storage.parent(self._saved_model_path()), KERAS_FILE)
+        if not storage.exists(source):
+            raise InvalidInputError(
+                f"This TFModel has no Keras model: only a model that TFEstimator.fit "
+                f"returned (or such a model saved and loaded) has one, and there is no "
+                f"{KERAS_FILE} beside its SavedModel {self.getModelPath()!r}. Load the "
+                "SavedModel itself with tf.saved_model.load() instead.")
+        with tempfile.TemporaryDirectory(prefix="sparktf-keras-") as folder:
+            local = source if storage.is_local(source) else os.path.join(folder, KERAS_FILE)
+            if local != source:
+                with open(local, "wb") as f:
+                    f.write(storage.read_bytes(source))
+            try:
+                return keras.saving.load_model(storage.local_path(local),
+                                               custom_objects=custom_objects)
+            except (TypeError, ValueError):
+                build = getattr(self, "_build", None)
+                if build is None:
+                    raise
+                model = build()  # the fit's modelFn knows its own classes
+                model.load_weights(storage.local_path(local))
+                return model
 
     def _saved_model_path(self) -> str:
         """The SavedModel folder modelPath names: an MLflow address resolved (downloaded)."""

@@ -18,6 +18,7 @@ import sparktf
 from sparktf._driver import pickling, sessions
 from sparktf.errors import InvalidInputError
 from sparktf.runtime import storage
+from sparktf.runtime.training.spec import KERAS_FILE
 
 FORMAT_VERSION = 1
 MODEL_DIR = "savedmodel"
@@ -132,7 +133,11 @@ class TFModelWriter(_StageWriter):
         return {MODEL_SOURCE: self.instance.getModelPath()}
 
     def save_artifacts(self, path: str) -> None:
-        storage.copy_dir(self.instance._saved_model_path(), storage.join(path, MODEL_DIR))
+        saved_model = self.instance._saved_model_path()
+        storage.copy_dir(saved_model, storage.join(path, MODEL_DIR))
+        keras_file = storage.join(storage.parent(saved_model), KERAS_FILE)
+        if storage.exists(keras_file):  # a fitted model's Keras model (getKerasModel)
+            storage.write_bytes(storage.join(path, KERAS_FILE), storage.read_bytes(keras_file))
 
 
 class TFModelReader(_StageReader):

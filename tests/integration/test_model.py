@@ -275,3 +275,34 @@ def test_a_row_of_any_length_scores_as_alone_whatever_its_neighbours(spark, sequ
                   .collect()}
         np.testing.assert_allclose([scored[i] for i in range(len(seqs))], alone_padded,
                                    rtol=0, atol=1e-6)
+
+
+class Doubled(__import__("keras").layers.Layer):
+    """A custom layer that is not registered with Keras: only the fit's modelFn knows it."""
+
+    def call(self, x):
+        return 2 * x
+
+
+def _custom_layer_model(hp):
+    import keras
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1), Doubled()])
+    model.compile(keras.optimizers.SGD(0.01), "mse")
+    return model
+
+
+def test_get_keras_model_gives_the_trained_model_and_a_bare_savedmodel_has_none(
+        spark, saved_models):
+    X, y = data.linear_rows(40)
+    df = spark.createDataFrame(data.rows(X, y), "features array<double>, label double")
+    model = TFEstimator(modelFn=_custom_layer_model, numWorkers=2, epochs=1,
+                        batchSize=40).fit(df)
+    keras_model = model.getKerasModel()  # Keras cannot load Doubled; the modelFn builds it
+    assert isinstance(keras_model.layers[-1], Doubled)
+    scored = model.transform(df).select("features", "prediction").collect()
+    np.testing.assert_allclose(
+        keras_model.predict(np.array([r.features for r in scored]), verbose=0)[:, 0],
+        [r.prediction for r in scored], rtol=1e-5, atol=1e-6)
+    with pytest.raises(sparktf.InvalidInputError, match="only a model that TFEstimator.fit"):
+        TFModel(modelPath=saved_models["affine"]).getKerasModel()

@@ -87,6 +87,13 @@ def test_pipeline_fits_saves_and_reloads_with_identical_predictions(spark, digit
     before, after = _predictions(fitted, test), _predictions(loaded, test)
     np.testing.assert_array_equal(before[0], after[0])
     np.testing.assert_array_equal(before[1], after[1])
+    # the Keras model back (issue 34): its predict is transform's, before and after reload
+    scored = fitted.transform(test).select("features", "probability").collect()
+    features = np.array([r.features.toArray() for r in scored])
+    for stage in (fitted.stages[-1], tf_stage):
+        np.testing.assert_allclose(stage.getKerasModel().predict(features, verbose=0),
+                                   [r.probability.toArray() for r in scored],
+                                   rtol=1e-5, atol=1e-6)
 
 
 def test_unfitted_pipeline_and_estimator_round_trip(spark, digits, tmp_path):
