@@ -86,7 +86,7 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                  modelDir=None, maxRetries=0, useGpu="auto", callbacks=None,
                  stallTimeout=600.0, evaluator=False, tensorboard=False, summarySteps=0,
                  taskCpus=None, taskGpus=None, weightCol=None, classWeight=None, verbose=1,
-                 labelCols=None, outputMapping=None):
+                 labelCols=None, outputMapping=None, keepBest=None, keepBestMode="auto"):
         super().__init__()
         self._set(**without_none(self._input_kwargs))
 
@@ -99,7 +99,8 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                   modelDir=None, maxRetries=0, useGpu="auto", callbacks=None,
                   stallTimeout=600.0, evaluator=False, tensorboard=False, summarySteps=0,
                   taskCpus=None, taskGpus=None, weightCol=None, classWeight=None,
-                  verbose=1, labelCols=None, outputMapping=None):
+                  verbose=1, labelCols=None, outputMapping=None, keepBest=None,
+                  keepBestMode="auto"):
         """Sets the given Params; see the constructor."""
         return self._set(**without_none(self._input_kwargs))
 
@@ -194,6 +195,13 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
             raise InvalidInputError("evaluator=True evaluates on held-out rows: set "
                                     "validationFraction or validationCol as well. Received: "
                                     "evaluator=True with no validation rows")
+        best = self.getKeepBest()
+        if best is not None and best.startswith("val_") and not self._holds_out_rows():
+            raise InvalidInputError(f"keepBest={best!r} is a validation value: set "
+                                    "validationFraction or validationCol as well")
+        if best is not None and (self.getEvaluator() or self.getNumPs()):
+            raise InvalidInputError(f"keepBest={best!r} works in the training loop of "
+                                    "numPs=0 without evaluator=True; unset one of them")
         if self.getTensorboard():
             tensorboard.check_available()
         schema_checks.check_feedable(dataset.schema, features, "feature")
@@ -298,6 +306,7 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
             has_validation=self._holds_out_rows(),
             callbacks=tuple(self.getCallbacks()), evaluator=self.getEvaluator(),
             summary_steps=self.getSummarySteps(), weight_column=self.getWeightColOrNone(),
+            keep_best=self.getKeepBest(), keep_best_mode=self.getKeepBestMode(),
             class_weight=self.getClassWeight())
 
     def _training_frame(self, dataset: DataFrame, features: list[str]):

@@ -239,6 +239,11 @@ class _TFEstimatorParams(_TFSharedParams, HasLabelCol, HasSeed, HasWeightCol):
                                  "progress (a blocked callback, a collective that never "
                                  "completes) before the attempt is stopped",
                                  _positive_float("stallTimeout", "a positive number of seconds"))
+    keepBest: Param = _param("keepBest", "export the epoch with the best value of this "
+                             "metric (e.g. 'val_loss'), not the last", TypeConverters.toString)
+    keepBestMode: Param = _param("keepBestMode", "keepBest's better direction, as Keras's "
+                                 "monitor: 'min', 'max' or 'auto'",
+                                 _choice("keepBestMode", ("auto", "min", "max")))
     verbose: Param = _param("verbose", "progress on the driver, as in Keras: 0 silent, 1 a "
                             "live bar per epoch (Jupyter or a terminal) and one log line per "
                             "epoch, 2 one log line per epoch", _verbosity)
@@ -252,7 +257,7 @@ class _TFEstimatorParams(_TFSharedParams, HasLabelCol, HasSeed, HasWeightCol):
                          inputMode="stream", maxRetries=0, useGpu="auto", callbacks=[],
                          modelFn=None, stallTimeout=600.0, evaluator=False,
                          tensorboard=False, summarySteps=0, seed=DEFAULT_SEED, verbose=1,
-                         outputMapping={})
+                         outputMapping={}, keepBestMode="auto")
 
     def getModelFn(self):
         return self.getOrDefault(self.modelFn)
@@ -304,6 +309,12 @@ class _TFEstimatorParams(_TFSharedParams, HasLabelCol, HasSeed, HasWeightCol):
 
     def getTaskGpus(self) -> float | None:
         return self.getOrDefault(self.taskGpus) if self.isDefined(self.taskGpus) else None
+
+    def getKeepBest(self) -> str | None:
+        return self.getOrDefault(self.keepBest) if self.isDefined(self.keepBest) else None
+
+    def getKeepBestMode(self) -> str:
+        return self.getOrDefault(self.keepBestMode)
 
     def getCallbacks(self) -> list:
         return list(self.getOrDefault(self.callbacks))

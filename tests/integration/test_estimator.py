@@ -13,6 +13,7 @@ from pyspark.ml.evaluation import MulticlassClassificationEvaluator
 from pyspark.ml.feature import OneHotEncoder, VectorAssembler
 from pyspark.ml.functions import array_to_vector
 
+import sparktf
 from sparktf.ml import TFEstimator, TFModel
 from tests import conftest
 from tests.integration import data, models, plan_oracle
@@ -344,3 +345,60 @@ def test_parquet_input_mode_never_trains_on_a_stale_copy(spark, tmp_path, caplog
                                       "features array<double>, label double")
     assert est.fit(in_memory).getHistory()["loss"][0] > 1
     assert len(os.listdir(folder)) == 1  # its own copy is gone
+
+
+class _Snapshots(keras.callbacks.Callback):
+    """The weights after each epoch."""
+
+    def __init__(self):
+        super().__init__()
+        self.weights = []
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.weights.append(self.model.get_weights())
+
+
+def test_keep_best_and_early_stopping_export_the_weights_keras_keeps(spark):
+    """keepBest='loss' exports the best epoch's weights (the history names it), and
+    EarlyStopping(restore_best_weights=True) the restored ones, as Keras's fit leaves them
+    on the same global batches (an Adam step of 0.5: the epochs' loss goes up and down)."""
+    X, y = data.linear_rows(120)
+    parts, batch, rate = [60, 60], 40, 0.5
+    df = _consecutive(spark, data.rows(X, y), parts, "features array<double>, label double")
+    steps = plan_oracle.consecutive_steps(parts, batch)
+    common = dict(modelFn=models.linear, numWorkers=2, epochs=5, batchSize=batch,
+                  learningRate=rate, shuffle=False)
+
+    snapshots = _Snapshots()
+    keras_model = models.linear({"learningRate": rate})
+    keras_history = keras_model.fit(plan_oracle.planned_batches(X, y, steps), epochs=5,
+                                    shuffle=False, verbose=0, callbacks=[snapshots]).history
+    best = int(np.argmin(keras_history["loss"])) + 1
+    assert best < 5, keras_history  # the data make the best epoch not the last
+    kept = TFEstimator(keepBest="loss", **common).fit(df)
+    history = kept.getHistory()
+    assert history.pop("best_epoch") == [best]
+    _assert_equal_histories(history, {k: [float(v) for v in vs]
+                                      for k, vs in keras_history.items()})
+    for ours, theirs in zip(kept.getKerasModel().get_weights(), snapshots.weights[best - 1],
+                            strict=True):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-6)
+
+    def stopping():
+        return keras.callbacks.EarlyStopping(monitor="loss", patience=1,
+                                             restore_best_weights=True)
+    keras_model = models.linear({"learningRate": rate})
+    stopped = keras_model.fit(plan_oracle.planned_batches(X, y, steps), epochs=5,
+                              shuffle=False, verbose=0, callbacks=[stopping()]).history
+    ours = TFEstimator(callbacks=[stopping()], **common).fit(df)
+    assert len(ours.getHistory()["loss"]) == len(stopped["loss"]) < 5
+    for mine, theirs in zip(ours.getKerasModel().get_weights(), keras_model.get_weights(),
+                            strict=True):
+        np.testing.assert_allclose(mine, theirs, rtol=1e-4, atol=1e-6)
+
+
+def test_keep_best_of_a_validation_value_without_validation_rows_is_refused(spark):
+    df = spark.createDataFrame(data.rows(*data.linear_rows(8)),
+                               "features array<double>, label double")
+    with pytest.raises(sparktf.InvalidInputError, match="keepBest='val_loss' is a validation"):
+        TFEstimator(modelFn=models.linear, keepBest="val_loss").fit(df)

@@ -13,8 +13,8 @@ import numpy as np
 
 from sparktf._protocol import heartbeats
 from sparktf.runtime import feed, inference, storage
+from sparktf.runtime.training import best, checkpoint, keras_steps, summaries
 from sparktf.runtime.training import bindings as binding
-from sparktf.runtime.training import checkpoint, keras_steps, summaries
 from sparktf.runtime.training.spec import EXPORT_DIR, KERAS_FILE, SAVED_MODEL, StepPlan, TrainSpec
 
 
@@ -93,6 +93,10 @@ class EpochRunner:
                                        steps)
         self.rows_trained = 0  # in the last epoch, over all workers
         self.epoch = 0  # the epoch running (0-based)
+        self.best = None
+        if spec.keep_best:
+            self.best = best.keep_best(spec.keep_best, spec.keep_best_mode)
+            self.best.set_model(model)
 
     def train_epoch(self, epoch: int) -> dict[str, float]:
         raise NotImplementedError
@@ -131,6 +135,8 @@ class EpochRunner:
             logs = self.recorder.logs  # as the callbacks left them (e.g. + learning_rate)
             for key, value in logs.items():
                 history[key].append(value)
+            if self.best is not None:
+                self.best.on_epoch_end(epoch, logs)
             self.summaries.write(epoch + 1, logs)
             self.beat("checkpoint", epoch + 1)
             checkpoint.save(self.model, self.spec.model_dir, epoch + 1, dict(history),
@@ -141,6 +147,8 @@ class EpochRunner:
                 break
         _finalize(self.model)
         self.callbacks.on_train_end(logs)
+        if self.best is not None:  # after the callbacks, as EarlyStopping restores its own
+            self.best.restore(history)
         self.summaries.close()
         return dict(history)
 

@@ -41,6 +41,8 @@ class TrainSpec:
     # the features column the DataFrame lacks when inputCols was not set: then every model
     # input is fed from the column of its name, never in order
     missing_features: str | None = None
+    keep_best: str | None = None  # export the epoch with the best value of this metric
+    keep_best_mode: str = "auto"  # "min", "max" or "auto", as Keras's monitor
 
     @property
     def validates_in_loop(self) -> bool:

@@ -12,6 +12,7 @@ import itertools
 import time
 
 from sparktf._protocol import heartbeats
+from sparktf.errors import InvalidInputError
 from sparktf.runtime import feed
 from sparktf.runtime.training import checkpoint, summaries
 
@@ -83,6 +84,10 @@ def fit(spec, ctx, strategy, model, bound, first_epoch: int, history: dict, plan
             heartbeats.report_epoch(ctx, epoch + 1, spec.epochs, logs, sum(ctx.allNumRows),
                                  time.monotonic() - self.started)
 
+    if spec.keep_best:
+        raise InvalidInputError(f"keepBest={spec.keep_best!r} needs a Keras 3 model; this is "
+                                "a tf_keras one: give it keras.callbacks.ModelCheckpoint("
+                                "save_best_only=True) instead, or unset keepBest")
     hooks = SparktfHooks()
     validation = (_dataset(strategy, ctx.validationShard, val_plan.sizes, spec, bound,
                            ctx.feedSpec, False)

@@ -1,0 +1,38 @@
+"""``keepBest``: the model a fit exports is the epoch with the best monitored value, with
+Keras's own rules for which way is better (``monitor``/``mode`` of ``ModelCheckpoint``)."""
+
+from __future__ import annotations
+
+from sparktf.errors import InvalidInputError
+
+
+def keep_best(monitor: str, mode: str):
+    """A callback that keeps the weights of the best epoch so far; ``restore`` puts them
+    back after the last epoch and says which epoch they are in the history."""
+    from keras.src.callbacks.monitor_callback import MonitorCallback
+
+    class KeepBest(MonitorCallback):
+        def __init__(self):
+            super().__init__(monitor, mode)
+            self.epoch: int | None = None  # 1-based, as the progress lines count
+            self.weights = None
+
+        def on_epoch_end(self, epoch, logs=None):
+            logs = logs or {}
+            if self.monitor not in logs:
+                raise InvalidInputError(
+                    f"keepBest={self.monitor!r} is not among the epoch's values "
+                    f"{sorted(logs)}: name one of them (a val_ value needs "
+                    "validationFraction or validationCol).")
+            if self.monitor_op is None:
+                self._set_monitor_op()
+            value = float(logs[self.monitor])
+            if self.epoch is None or bool(self._is_improvement(value, self.best)):
+                self.best, self.epoch, self.weights = value, epoch + 1, self.model.get_weights()
+
+        def restore(self, history: dict) -> None:
+            if self.weights is not None:
+                self.model.set_weights(self.weights)
+                history["best_epoch"] = [self.epoch]
+
+    return KeepBest()
