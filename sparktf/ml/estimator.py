@@ -195,6 +195,7 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
             raise InvalidInputError("evaluator=True evaluates on held-out rows: set "
                                     "validationFraction or validationCol as well. Received: "
                                     "evaluator=True with no validation rows")
+        training.file_callbacks.check(self.getCallbacks())
         best = self.getKeepBest()
         if best is not None and best.startswith("val_") and not self._holds_out_rows():
             raise InvalidInputError(f"keepBest={best!r} is a validation value: set "

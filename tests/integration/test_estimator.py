@@ -358,10 +358,14 @@ class _Snapshots(keras.callbacks.Callback):
         self.weights.append(self.model.get_weights())
 
 
-def test_keep_best_and_early_stopping_export_the_weights_keras_keeps(spark):
-    """keepBest='loss' exports the best epoch's weights (the history names it), and
-    EarlyStopping(restore_best_weights=True) the restored ones, as Keras's fit leaves them
-    on the same global batches (an Adam step of 0.5: the epochs' loss goes up and down)."""
+def test_keep_best_file_callbacks_and_early_stopping_keep_what_keras_keeps(spark, tmp_path):
+    """keepBest='loss' exports the best epoch's weights (the history names it), Keras's file
+    callbacks write once, from the chief, what Keras's fit writes, and
+    EarlyStopping(restore_best_weights=True) exports the restored weights, as Keras's fit
+    leaves them on the same global batches (an Adam step of 0.5: the epochs' loss goes up
+    and down)."""
+    import glob
+    import tempfile
     X, y = data.linear_rows(120)
     parts, batch, rate = [60, 60], 40, 0.5
     df = _consecutive(spark, data.rows(X, y), parts, "features array<double>, label double")
@@ -371,18 +375,43 @@ def test_keep_best_and_early_stopping_export_the_weights_keras_keeps(spark):
 
     snapshots = _Snapshots()
     keras_model = models.linear({"learningRate": rate})
+    keras_csv = os.path.join(tempfile.mkdtemp(), "keras.csv")
     keras_history = keras_model.fit(plan_oracle.planned_batches(X, y, steps), epochs=5,
-                                    shuffle=False, verbose=0, callbacks=[snapshots]).history
+                                    shuffle=False, verbose=0, callbacks=[
+                                        snapshots, keras.callbacks.CSVLogger(keras_csv)]).history
     best = int(np.argmin(keras_history["loss"])) + 1
     assert best < 5, keras_history  # the data make the best epoch not the last
-    kept = TFEstimator(keepBest="loss", **common).fit(df)
+    private = set(glob.glob(os.path.join(tempfile.gettempdir(), "sparktf-callbacks-*")))
+    files = [keras.callbacks.ModelCheckpoint(str(tmp_path / "best.keras"), monitor="loss",
+                                             save_best_only=True),
+             keras.callbacks.ModelCheckpoint(str(tmp_path / "w-{epoch}.weights.h5"),
+                                             save_weights_only=True),
+             keras.callbacks.CSVLogger(str(tmp_path / "log.csv")),
+             keras.callbacks.TensorBoard(str(tmp_path / "tb"))]
+    kept = TFEstimator(keepBest="loss", callbacks=files, **common).fit(df)
     history = kept.getHistory()
+    assert sorted(os.listdir(tmp_path)) == sorted(
+        ["best.keras", "log.csv", "tb", *[f"w-{e}.weights.h5" for e in range(1, 6)]])
+    with open(tmp_path / "log.csv") as f, open(keras_csv) as g:
+        logged, by_keras = ([line.split(",") for line in h.read().splitlines()] for h in (f, g))
+    assert logged[0] == by_keras[0] and len(logged) == len(by_keras) == 6  # Keras's columns
+    loss = logged[0].index("loss")
+    np.testing.assert_allclose([float(r[loss]) for r in logged[1:]],
+                               [float(r[loss]) for r in by_keras[1:]], rtol=1e-5)
+    best_file = keras.saving.load_model(str(tmp_path / "best.keras")).get_weights()
+    last = models.linear({"learningRate": rate})
+    last.load_weights(str(tmp_path / "w-5.weights.h5"))
+    # the other worker wrote to a folder of its own, gone with its task
+    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "sparktf-callbacks-*"))) <= private
     assert history.pop("best_epoch") == [best]
     _assert_equal_histories(history, {k: [float(v) for v in vs]
                                       for k, vs in keras_history.items()})
-    for ours, theirs in zip(kept.getKerasModel().get_weights(), snapshots.weights[best - 1],
-                            strict=True):
-        np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-6)
+    for exported, saved, theirs in zip(kept.getKerasModel().get_weights(), best_file,
+                                       snapshots.weights[best - 1], strict=True):
+        np.testing.assert_allclose(exported, theirs, rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(saved, theirs, rtol=1e-4, atol=1e-6)
+    for saved, theirs in zip(last.get_weights(), snapshots.weights[-1], strict=True):
+        np.testing.assert_allclose(saved, theirs, rtol=1e-4, atol=1e-6)
 
     def stopping():
         return keras.callbacks.EarlyStopping(monitor="loss", patience=1,
@@ -397,8 +426,12 @@ def test_keep_best_and_early_stopping_export_the_weights_keras_keeps(spark):
         np.testing.assert_allclose(mine, theirs, rtol=1e-4, atol=1e-6)
 
 
-def test_keep_best_of_a_validation_value_without_validation_rows_is_refused(spark):
+def test_keep_best_without_validation_rows_and_backup_and_restore_are_refused(spark,
+                                                                              tmp_path):
     df = spark.createDataFrame(data.rows(*data.linear_rows(8)),
                                "features array<double>, label double")
     with pytest.raises(sparktf.InvalidInputError, match="keepBest='val_loss' is a validation"):
         TFEstimator(modelFn=models.linear, keepBest="val_loss").fit(df)
+    backup = keras.callbacks.BackupAndRestore(str(tmp_path / "backup"))
+    with pytest.raises(sparktf.InvalidInputError, match="BackupAndRestore cannot restore"):
+        TFEstimator(modelFn=models.linear, callbacks=[backup]).fit(df)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from sparktf._protocol import heartbeats
 from sparktf.runtime import cluster
-from sparktf.runtime.training import allreduce, evaluator, parameter_servers
+from sparktf.runtime.training import allreduce, evaluator, file_callbacks, parameter_servers
 from sparktf.runtime.training.spec import KERAS_FILE, SAVED_MODEL, TrainSpec
 
 __all__ = ["TrainSpec", "train_main", "SAVED_MODEL", "KERAS_FILE"]
@@ -26,6 +26,8 @@ def train_main(spec: TrainSpec, ctx) -> dict | None:
     """
     if ctx.jobName == cluster.EVALUATOR:
         return evaluator.evaluate_checkpoints(spec, ctx)
-    result = parameter_servers.train(spec, ctx) if ctx.numPs else allreduce.train(spec, ctx)
+    with file_callbacks.private_paths(spec.callbacks, ctx.isChief):
+        result = (parameter_servers.train(spec, ctx) if ctx.numPs
+                  else allreduce.train(spec, ctx))
     heartbeats.Heartbeat(ctx).finished()
     return result

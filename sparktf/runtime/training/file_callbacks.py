@@ -1,0 +1,56 @@
+"""Keras's file callbacks under a distributed fit, as Keras's multi-worker guide has them:
+every worker runs them (a save may take part in the workers' collectives), the chief
+writes to the path the user gave, and each other worker to a private temporary folder,
+removed when its task ends."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+
+from sparktf.errors import InvalidInputError
+
+# Keras (3 and tf_keras) callbacks that write files, and the attribute naming their path
+_PATHS = {"ModelCheckpoint": "filepath", "CSVLogger": "filename", "TensorBoard": "log_dir"}
+
+
+def _keras_class(callback, names) -> str | None:
+    for cls in type(callback).__mro__:
+        if cls.__name__ in names and cls.__module__.startswith(("keras", "tf_keras")):
+            return cls.__name__
+    return None
+
+
+def check(callbacks) -> None:
+    """Refuses, before any job, the Keras callbacks a distributed fit cannot run."""
+    for callback in callbacks:
+        if _keras_class(callback, ("BackupAndRestore",)):
+            raise InvalidInputError(
+                "keras.callbacks.BackupAndRestore cannot restore a sparktf fit: Keras's "
+                "fit reads its backup to skip epochs, and sparktf runs its own epochs. "
+                "sparktf checkpoints every epoch itself and resumes a relaunched attempt "
+                "from the last one (maxRetries); remove BackupAndRestore from callbacks.")
+
+
+@contextlib.contextmanager
+def private_paths(callbacks, is_chief: bool):
+    """On a worker other than the chief, points each file callback (``ModelCheckpoint``,
+    ``CSVLogger``, ``TensorBoard``) at a temporary folder of its own for the block, and
+    removes the folder after it; the chief's write where the user said."""
+    writers = [(c, _PATHS[name]) for c in callbacks
+               for name in [_keras_class(c, _PATHS)] if name]
+    if is_chief or not writers:
+        yield
+        return
+    folder = tempfile.mkdtemp(prefix="sparktf-callbacks-")
+    try:
+        for i, (callback, attribute) in enumerate(writers):
+            given = str(getattr(callback, attribute)).rstrip("/\\")
+            own = os.path.join(folder, str(i))
+            os.makedirs(own)
+            setattr(callback, attribute, os.path.join(own, os.path.basename(given) or "out"))
+        yield
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
