@@ -17,7 +17,7 @@ from sparktf._driver import checks, schema, sessions
 from sparktf.errors import InvalidInputError
 from sparktf.ml.params import _TFModelParams, add_setters, without_none
 from sparktf.ml.persistence import TFModelReader, TFModelWriter
-from sparktf.runtime import inference, storage
+from sparktf.runtime import inference, length_groups, storage
 from sparktf.runtime.training.spec import KERAS_FILE
 
 MLFLOW_SCHEMES = ("runs:/", "models:/")  # modelPath naming a model sparktf logged to MLflow
@@ -248,6 +248,8 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
 
     def _prediction_columns(self, outputs: dict) -> inference.PredictionColumns:
         (name, (shape, _)), = outputs.items()
+        if None in tuple(shape):  # its length follows the row's: no prediction per row
+            length_groups.refuse_prediction(name)
         kind = self.getPredictionKind()
         if kind == "auto":
             kind = (inference.MULTICLASS if inference.per_row_kind(shape) == "vector"

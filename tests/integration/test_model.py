@@ -306,3 +306,20 @@ def test_get_keras_model_gives_the_trained_model_and_a_bare_savedmodel_has_none(
         [r.prediction for r in scored], rtol=1e-5, atol=1e-6)
     with pytest.raises(sparktf.InvalidInputError, match="only a model that TFEstimator.fit"):
         TFModel(modelPath=saved_models["affine"]).getKerasModel()
+
+
+def test_a_per_token_output_as_the_prediction_is_refused_whatever_the_rows(spark, tmp_path):
+    """An output whose length follows the row's has no prediction per row: refused on the
+    driver from the signature, even for rows that all have one length (found by review:
+    a one-row frame was scored as a 2-class classifier)."""
+    import keras
+    keras.utils.set_random_seed(0)
+    tokens = keras.Input((None,), dtype="int32")
+    per_token = keras.layers.Dense(1)(keras.layers.Embedding(20, 4)(tokens))
+    keras.Model(tokens, per_token).export(str(tmp_path / "m"), verbose=False)
+    df = spark.createDataFrame([(0, [1, 2])], "id long, tokens array<int>")
+    model = TFModel(modelPath=str(tmp_path / "m"), featuresCol="tokens")
+    with pytest.raises(sparktf.InvalidInputError, match="per-token output"):
+        model.transform(df)
+    mapped = model.setOutputMapping({"output_0": "per_token"}).transform(df).collect()
+    assert len(mapped[0]["per_token"]) == 2  # one value per token
