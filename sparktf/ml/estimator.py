@@ -22,7 +22,7 @@ from sparktf._driver import events, failures, launch, pickling, sessions
 from sparktf._driver import schema as schema_checks
 from sparktf._driver.resources import TaskResources
 from sparktf.errors import InvalidInputError, SparkTFError
-from sparktf.ml import parquet_copy, scratch
+from sparktf.ml import parquet_copy, runs, scratch
 from sparktf.ml.model import TFModel
 from sparktf.ml.params import _TFEstimatorParams, add_setters, without_none
 from sparktf.ml.persistence import TFEstimatorReader, TFEstimatorWriter
@@ -86,7 +86,8 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                  modelDir=None, maxRetries=0, useGpu="auto", callbacks=None,
                  stallTimeout=600.0, evaluator=False, tensorboard=False, summarySteps=0,
                  taskCpus=None, taskGpus=None, weightCol=None, classWeight=None, verbose=1,
-                 labelCols=None, outputMapping=None, keepBest=None, keepBestMode="auto"):
+                 labelCols=None, outputMapping=None, keepBest=None, keepBestMode="auto",
+                 runId=None):
         super().__init__()
         self._set(**without_none(self._input_kwargs))
 
@@ -100,7 +101,7 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                   stallTimeout=600.0, evaluator=False, tensorboard=False, summarySteps=0,
                   taskCpus=None, taskGpus=None, weightCol=None, classWeight=None,
                   verbose=1, labelCols=None, outputMapping=None, keepBest=None,
-                  keepBestMode="auto"):
+                  keepBestMode="auto", runId=None):
         """Sets the given Params; see the constructor."""
         return self._set(**without_none(self._input_kwargs))
 
@@ -120,6 +121,12 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
         self._validate(dataset, features)
         events.log_phase(None, "input checked")
         run_dir = self._run_dir(sessions.Session(dataset.sparkSession).master)
+        if self.getRunId() is not None:
+            finished = runs.begin(run_dir, self)
+            if finished is not None:
+                logger.info("sparktf: run %r finished before: its model is returned without "
+                            "training again (%s)", self.getRunId(), run_dir)
+                return self._make_model([finished])
         spec = self._train_spec(run_dir, features, dataset.schema)
         payload = pickling.pickle_main(training.train_main, spec,
                                        also=[spec.model_fn, *spec.callbacks])
@@ -151,6 +158,9 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
             try:
                 results = launch.launch(spark, stage, frame, on_event=progress)
                 model = self._make_model(results)
+                if self.getRunId() is not None:
+                    runs.finish(run_dir, next(r for r in results
+                                              if isinstance(r, dict) and "export_dir" in r))
                 events.log_phase(None, "model made")
                 if "mlflow" in sys.modules:  # MLflow is optional: only if the app uses it
                     from sparktf.ml import tracking
@@ -196,6 +206,13 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                                     "validationFraction or validationCol as well. Received: "
                                     "evaluator=True with no validation rows")
         training.file_callbacks.check(self.getCallbacks())
+        if self.getRunId() is not None:
+            runs.check_name(self.getRunId())
+            if not self.isSet(self.modelDir):
+                raise InvalidInputError(
+                    "runId names a folder under modelDir, where the run outlives this "
+                    f"driver: set modelDir as well. Received: runId={self.getRunId()!r} "
+                    "with modelDir unset")
         best = self.getKeepBest()
         if best is not None and best.startswith("val_") and not self._holds_out_rows():
             raise InvalidInputError(f"keepBest={best!r} is a validation value: set "
@@ -268,7 +285,7 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
         Fits sharing a modelDir (CrossValidator, repeated fits) never overwrite
         each other or resume each other's checkpoints; a relaunch of this fit does.
         """
-        name = f"fit-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        name = self.getRunId() or f"fit-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
         run_dir = storage.join(self._model_dir(master), name)
         logger.info("sparktf: this fit writes its model and checkpoints to %s", run_dir)
         return run_dir

@@ -215,6 +215,9 @@ class _TFEstimatorParams(_TFSharedParams, HasLabelCol, HasSeed, HasWeightCol):
                               _choice("inputMode", INPUT_MODES))
     modelDir: Param = _param("modelDir", "URI every executor and the driver can reach: "
                              "checkpoints, logs, exported model", TypeConverters.toString)
+    runId: Param = _param("runId", "a name for this fit's folder under modelDir: a fit of "
+                          "the same runId resumes it from its last checkpoint, or returns "
+                          "its model if it finished", TypeConverters.toString)
     maxRetries: Param = _param("maxRetries", "relaunches of a failed training attempt, "
                                "resuming from the last checkpoint",
                                _int_at_least("maxRetries", 0))
@@ -291,6 +294,9 @@ class _TFEstimatorParams(_TFSharedParams, HasLabelCol, HasSeed, HasWeightCol):
 
     def getModelDir(self) -> str:
         return self.getOrDefault(self.modelDir)
+
+    def getRunId(self) -> str | None:
+        return self.getOrDefault(self.runId) if self.isDefined(self.runId) else None
 
     def getMaxRetries(self) -> int:
         return self.getOrDefault(self.maxRetries)

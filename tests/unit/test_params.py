@@ -10,7 +10,7 @@ import sparktf
 from sparktf.ml import TFEstimator, TFModel
 
 NO_DEFAULT = {"inputCols", "labelCols", "validationCol", "modelDir", "modelPath", "taskCpus",
-              "taskGpus", "weightCol", "classWeight", "padLength", "keepBest"}
+              "taskGpus", "weightCol", "classWeight", "padLength", "keepBest", "runId"}
 
 
 def build(hparams):
