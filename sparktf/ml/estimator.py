@@ -158,9 +158,8 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
             try:
                 results = launch.launch(spark, stage, frame, on_event=progress)
                 model = self._make_model(results)
-                if self.getRunId() is not None:
-                    runs.finish(run_dir, next(r for r in results
-                                              if isinstance(r, dict) and "export_dir" in r))
+                if self.getRunId() is not None:  # the history as the model has it
+                    runs.finish(run_dir, {**_chief(results), "history": model.getHistory()})
                 events.log_phase(None, "model made")
                 if "mlflow" in sys.modules:  # MLflow is optional: only if the app uses it
                     from sparktf.ml import tracking
@@ -343,7 +342,7 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
         return dataset.select(*selected, flag.alias(VALIDATION_FLAG)), columns, VALIDATION_FLAG
 
     def _make_model(self, results: list) -> TFModel:
-        chief = next(r for r in results if isinstance(r, dict) and "export_dir" in r)
+        chief = _chief(results)
         history = dict(chief["history"])
         for result in results:
             if isinstance(result, dict) and "evaluation" in result:
@@ -365,3 +364,8 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
         model._set(history=history, inputMapping=chief["input_mapping"],
                    predictionKind=chief["prediction_kind"], fromLogits=chief["from_logits"])
         return model
+
+
+def _chief(results: list) -> dict:
+    """The chief's answer among a fit's task results: export, history, bindings."""
+    return next(r for r in results if isinstance(r, dict) and "export_dir" in r)

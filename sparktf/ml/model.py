@@ -153,19 +153,20 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
                 f"{KERAS_FILE} beside its SavedModel {self.getModelPath()!r}. Load the "
                 "SavedModel itself with tf.saved_model.load() instead.")
         with tempfile.TemporaryDirectory(prefix="sparktf-keras-") as folder:
-            local = source if storage.is_local(source) else os.path.join(folder, KERAS_FILE)
-            if local != source:
-                with open(local, "wb") as f:
+            if storage.is_local(source):
+                path = storage.local_path(source)
+            else:  # Keras loads local files only
+                path = os.path.join(folder, KERAS_FILE)
+                with open(path, "wb") as f:
                     f.write(storage.read_bytes(source))
             try:
-                return keras.saving.load_model(storage.local_path(local),
-                                               custom_objects=custom_objects)
+                return keras.saving.load_model(path, custom_objects=custom_objects)
             except (TypeError, ValueError):
                 build = getattr(self, "_build", None)
                 if build is None:
                     raise
                 model = build()  # the fit's modelFn knows its own classes
-                model.load_weights(storage.local_path(local))
+                model.load_weights(path)
                 return model
 
     def _saved_model_path(self) -> str:
