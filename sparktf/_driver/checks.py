@@ -135,6 +135,23 @@ def check_capacity(session, num_tasks: int, what: str, scale=None) -> int:
         "executors, cores or GPUs.")
 
 
+def relaunch_workers(session, wanted: int, fewest: int, others: int,
+                     scale=None) -> tuple[int, int | None]:
+    """(workers, slots): how many workers a relaunch takes, from the task slots the
+    registered executors offer now (``scale`` as in ``check_capacity``).
+
+    ``wanted`` when the slots hold them beside the stage's ``others`` tasks (parameter
+    servers, chief, evaluator), else as many as they hold, but never fewer than
+    ``fewest``: then ``check_capacity`` waits for executors or says what is missing. On
+    Spark Connect, which does not tell the slots, ``wanted``.
+    """
+    now = session.slots_now()
+    if now is None:
+        return wanted, None
+    slots = scale(session.conf(), now) if scale is not None else now
+    return max(fewest, min(wanted, slots - others)), slots
+
+
 def _await_slots(session, num_tasks: int, timeout_s: float, scale) -> int:
     # PySpark has no blocking "executor registered" call, so this waits in short,
     # bounded steps; it only runs while a just-started session's executors come up.

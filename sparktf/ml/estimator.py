@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import logging
 import os
@@ -18,7 +19,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from sparktf import tensorboard
-from sparktf._driver import events, failures, launch, pickling, sessions
+from sparktf._driver import checks, events, failures, launch, pickling, sessions
 from sparktf._driver import schema as schema_checks
 from sparktf._driver.resources import TaskResources
 from sparktf.errors import InvalidInputError, SparkTFError
@@ -87,7 +88,7 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                  stallTimeout=600.0, evaluator=False, tensorboard=False, summarySteps=0,
                  taskCpus=None, taskGpus=None, weightCol=None, classWeight=None, verbose=1,
                  labelCols=None, outputMapping=None, keepBest=None, keepBestMode="auto",
-                 runId=None):
+                 runId=None, minWorkers=None):
         super().__init__()
         self._set(**without_none(self._input_kwargs))
 
@@ -101,7 +102,7 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                   stallTimeout=600.0, evaluator=False, tensorboard=False, summarySteps=0,
                   taskCpus=None, taskGpus=None, weightCol=None, classWeight=None,
                   verbose=1, labelCols=None, outputMapping=None, keepBest=None,
-                  keepBestMode="auto", runId=None):
+                  keepBestMode="auto", runId=None, minWorkers=None):
         """Sets the given Params; see the constructor."""
         return self._set(**without_none(self._input_kwargs))
 
@@ -169,12 +170,30 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                 decision = policy.decide(failure, retries)
                 if not decision.retry:
                     raise
+                stage, workers_said = self._resized(spark, stage, resources)
                 logger.warning("sparktf: %s: training attempt %d failed (%s): %s. Relaunching "
-                               "from the last checkpoint (%s).", stage.label, retries + 1,
+                               "from the last checkpoint %s (%s).", stage.label, retries + 1,
                                type(failure).__name__, str(failure).splitlines()[0],
-                               decision.reason)
+                               workers_said, decision.reason)
             finally:
                 progress.finish()
+
+    def _resized(self, spark, stage: launch.LaunchSpec, resources):
+        """The relaunch's stage and what to say of its workers: ``numWorkers`` when the
+        cluster's task slots hold them, else as many as they hold, not fewer than
+        ``minWorkers`` (``batchSize`` stays the global batch: the steps are the same)."""
+        wanted = self.getNumWorkers()
+        workers, slots = checks.relaunch_workers(
+            sessions.Session(spark), wanted, self.getMinWorkers(),
+            stage.num_tasks - stage.num_workers, resources.slots if resources else None)
+        if workers == wanted:
+            said = f"on {workers} worker{'s' * (workers > 1)}"
+            if stage.num_workers != wanted:
+                said += f", back from {stage.num_workers}: the cluster has the slots again"
+        else:
+            said = (f"on {workers} of {wanted} workers: the cluster has {slots} task "
+                    f"slot{'s' * (slots != 1)} now (minWorkers={self.getMinWorkers()})")
+        return dataclasses.replace(stage, num_workers=workers), said
 
     def _feature_columns(self, schema) -> list[str]:
         """The columns fed to the model's inputs: ``inputCols``; else ``featuresCol`` when
@@ -247,6 +266,11 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                     f"weight column. Received: weightCol={weight!r}, "
                     f"classWeight={self.getClassWeight()}")
             schema_checks.check_weight_column(dataset.schema, weight)
+        if self.getMinWorkers() > self.getNumWorkers():
+            raise InvalidInputError(
+                "minWorkers is the fewest workers a relaunch may continue with: at most "
+                f"numWorkers. Received: minWorkers={self.getMinWorkers()}, "
+                f"numWorkers={self.getNumWorkers()}")
         if self.getBatchSize() < self.getNumWorkers():
             raise InvalidInputError(
                 f"batchSize is the global batch, shared by the workers: it must be at least "

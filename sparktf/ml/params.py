@@ -194,6 +194,9 @@ class _TFEstimatorParams(_TFSharedParams, HasLabelCol, HasSeed, HasWeightCol):
                             "every worker", _callable_or_none("modelFn"))
     numWorkers: Param = _param("numWorkers", "number of TensorFlow workers (barrier tasks)",
                                _int_at_least("numWorkers", 1))
+    minWorkers: Param = _param("minWorkers", "fewest workers a relaunch may continue with when "
+                               "executors were lost (default: numWorkers); batchSize stays "
+                               "the global batch", _int_at_least("minWorkers", 1))
     numPs: Param = _param("numPs", "number of parameter servers; > 0 means asynchronous "
                           "training", _int_at_least("numPs", 0))
     epochs: Param = _param("epochs", "passes over the training data",
@@ -267,6 +270,12 @@ class _TFEstimatorParams(_TFSharedParams, HasLabelCol, HasSeed, HasWeightCol):
 
     def getNumWorkers(self) -> int:
         return self.getOrDefault(self.numWorkers)
+
+    def getMinWorkers(self) -> int:
+        """minWorkers, or numWorkers when unset."""
+        if self.isDefined(self.minWorkers):
+            return self.getOrDefault(self.minWorkers)
+        return self.getNumWorkers()
 
     def getNumPs(self) -> int:
         return self.getOrDefault(self.numPs)

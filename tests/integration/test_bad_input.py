@@ -131,6 +131,14 @@ def test_bad_counts_and_slots(spark):
     df = spark.createDataFrame([([1.0, 2.0], 1.0)], "features array<double>, label double")
     with pytest.raises(sparktf.ClusterCapacityError, match="needs 3 concurrent task slots"):
         _est(numWorkers=3).fit(df)
+    with pytest.raises(sparktf.InvalidInputError, match="minWorkers must be >= 1"):
+        _est(minWorkers=0)
+    # minWorkers only lets a relaunch continue with fewer: the first attempt takes all
+    with pytest.raises(sparktf.ClusterCapacityError, match="needs 3 concurrent task slots"):
+        _est(numWorkers=3, minWorkers=1).fit(df)
+    with pytest.raises(sparktf.InvalidInputError, match="minWorkers=3, numWorkers=2"):
+        _est(numWorkers=2, minWorkers=3).fit(df)
+    assert _est(numWorkers=2).getMinWorkers() == 2  # unset: numWorkers
 
 
 def test_sparse_vector_features_of_one_size_are_accepted(spark):

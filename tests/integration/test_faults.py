@@ -4,15 +4,17 @@ import json
 import logging
 import os
 import signal
+import threading
 import time
 
 import keras
+import numpy as np
 import pytest
 
 import sparktf
 from sparktf.ml import TFEstimator
 from tests.conftest import ancestor, child_pids, wait_gone
-from tests.integration import data, models
+from tests.integration import data, models, plan_oracle
 
 pytestmark = pytest.mark.timeout(600)
 EPOCHS = 4
@@ -141,34 +143,112 @@ def test_an_exception_in_a_callback_surfaces_from_the_rank_that_raised(spark):
     assert "on_epoch_end" in info.value.traceback_text
 
 
-class KillExecutorOnce(keras.callbacks.Callback):
-    """Kills the executor JVM that hosts rank 1 (child -> python worker -> daemon -> JVM)."""
+class ShrinkThenGrow(keras.callbacks.Callback):
+    """Loses a worker, then gets it back, once each (rank 0 records what each attempt
+    began: ``begun-<workers>-<epoch>``).
 
-    def __init__(self, marker):
+    On 2 workers, when epoch 2 begins (the checkpoint of epoch 1 written), rank 1 kills
+    its executor JVM; the test has lowered the application's executor target to 1, so no
+    executor replaces it. On 1 worker, when epoch 3 begins, rank 0 asks the test (a
+    socket: a blocking read with a timeout) to bring the executor back, and once it is
+    registered kills its own process: the next relaunch finds 2 slots again.
+    """
+
+    def __init__(self, folder, port):
         super().__init__()
-        self.marker = marker
+        self.folder, self.port = folder, port
 
-    def on_epoch_end(self, epoch, logs=None):
-        if _rank() != 1 or epoch != 0 or os.path.exists(self.marker):
-            return
-        open(self.marker, "w").close()
-        os.kill(ancestor(os.getpid(), b"CoarseGrainedExecutorBackend"), signal.SIGKILL)
+    def on_epoch_begin(self, epoch, logs=None):
+        import socket
+        workers = len(json.loads(os.environ["TF_CONFIG"])["cluster"]["worker"])
+        if _rank() == 0:
+            open(os.path.join(self.folder, f"begun-{workers}-{epoch}"), "w").close()
+        if workers == 2 and epoch == 1 and _rank() == 1 and self._once("shrunk"):
+            os.kill(ancestor(os.getpid(), b"CoarseGrainedExecutorBackend"), signal.SIGKILL)
+        if workers == 1 and epoch == 2 and self._once("grown"):
+            with socket.create_connection(("127.0.0.1", self.port), timeout=120) as s:
+                assert s.recv(2) == b"go"
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def _once(self, name) -> bool:
+        path = os.path.join(self.folder, name)
+        if os.path.exists(path):
+            return False
+        open(path, "w").close()
+        return True
 
 
-def test_a_lost_executor_is_recognized_and_the_fit_recovers(spark, tmp_path, caplog):
-    """The executor JVM of rank 1 dies after epoch 1: Spark reports a lost executor, the
-    standalone worker starts a new one, and the one relaunch allowed resumes after the
-    checkpoint of epoch 1."""
-    caplog.set_level(logging.WARNING, logger="sparktf")
-    est = TFEstimator(modelFn=models.linear, numWorkers=2, epochs=3, batchSize=32,
-                      maxRetries=1, modelDir=str(tmp_path / "m"),
-                      callbacks=[KillExecutorOnce(str(tmp_path / "killed"))])
-    history = est.fit(_frame(spark)).getHistory()
-    assert os.path.exists(tmp_path / "killed")
+def _executor_target(spark, total: int) -> None:
+    """Sets how many executors the application asks the cluster for (Spark's own
+    requestTotalExecutors): one lost above the target is not replaced."""
+    sc = spark.sparkContext
+    no_locality = sc._jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(
+        sc._jvm.java.util.HashMap())
+    assert sc._jsc.sc().requestTotalExecutors(total, 0, no_locality)
+
+
+def _slots_back(spark, slots: int, timeout: float = 120) -> None:
+    """Waits, bounded, until the registered executors offer ``slots`` task slots (Spark
+    has no blocking call for an executor's registration)."""
+    from sparktf._driver import sessions
+    session, deadline, tick = sessions.Session(spark), time.monotonic() + timeout, \
+        threading.Event()
+    while session.slots_now() < slots:
+        assert time.monotonic() < deadline, f"the executors did not come back: {slots} slots"
+        tick.wait(0.25)
+
+
+def test_a_lost_executor_shrinks_the_fit_to_min_workers_and_a_relaunch_grows_it_back(
+        spark, tmp_path, caplog):
+    """numWorkers=2, minWorkers=1, full batch: epoch 1 on 2 workers, an executor lost for
+    good, epoch 2 on 1 worker, the executor back, epoch 3 on 2 workers again. The history
+    and weights equal Keras's uninterrupted fit (the steps do not depend on the workers
+    when the batch is full)."""
+    import socket
+    caplog.set_level(logging.INFO, logger="sparktf")
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    X, y = data.linear_rows(60)
+    df = spark.createDataFrame(data.rows(X, y), "features array<double>, label double")
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        def bring_back():
+            server.settimeout(300)
+            connection, _ = server.accept()
+            with connection:
+                _executor_target(spark, 2)
+                _slots_back(spark, 2)
+                connection.sendall(b"go")
+
+        helper = threading.Thread(target=bring_back, daemon=True)
+        helper.start()
+        _executor_target(spark, 1)
+        try:
+            est = TFEstimator(modelFn=models.linear, numWorkers=2, minWorkers=1, epochs=3,
+                              batchSize=60, learningRate=0.05, shuffle=False, maxRetries=2,
+                              modelDir=str(tmp_path / "m"),
+                              callbacks=[ShrinkThenGrow(str(marks), server.getsockname()[1])])
+            model = est.fit(df)
+        finally:
+            _executor_target(spark, 2)
+            _slots_back(spark, 2)
+            helper.join(timeout=1)
     relaunches = [r.getMessage() for r in caplog.records if "Relaunching" in r.getMessage()]
-    assert len(relaunches) == 1 and "ExecutorLostError" in relaunches[0] and \
-        "was lost" in relaunches[0], relaunches
-    assert len(history["loss"]) == 3
+    print("\n" + "\n".join(relaunches))
+    assert len(relaunches) == 2, relaunches
+    assert "ExecutorLostError" in relaunches[0] and "was lost" in relaunches[0]
+    assert "on 1 of 2 workers: the cluster has 1 task slot now (minWorkers=1)" \
+        in relaunches[0]
+    assert "on 2 workers, back from 1" in relaunches[1]
+    begun = sorted(f for f in os.listdir(marks) if f.startswith("begun"))
+    assert begun == ["begun-1-1", "begun-1-2", "begun-2-0", "begun-2-1", "begun-2-2"]
+    keras_model, keras_history = plan_oracle.keras_fit(
+        models.linear, {"learningRate": 0.05}, X, y, [np.arange(60)], epochs=3)
+    diffs = plan_oracle.differences(model.getHistory(), keras_history)
+    print(f"history vs Keras's uninterrupted fit, largest relative difference: {diffs}")
+    assert max(diffs.values()) < 1e-5, (model.getHistory(), keras_history)
+    for ours, theirs in zip(model.getKerasModel().get_weights(), keras_model.get_weights(),
+                            strict=True):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-7)
     assert sparktf.run(spark, lambda a, c: c.rank, numWorkers=2) == [0, 1]  # usable again
 
 

@@ -11,6 +11,7 @@ import json
 import os
 import queue
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -125,6 +126,20 @@ class Cluster:
                    "--conf", "spark.ui.enabled=false", *conf,
                    APP, scenario, self.workdir]
         return self._run(scenario, command, timeout)
+
+    def submit_and_kill(self, scenario: str, when: str, *conf: str) -> re.Match:
+        """Submits ``scenario`` and kills its driver (spark-submit's JVM and the Python
+        driver under it: the whole process group) with SIGKILL when its output matches
+        ``when``; the matching line."""
+        command = [os.path.join(spark_home(), "bin", "spark-submit"), "--master", self.url,
+                   "--conf", "spark.executor.memory=1g", "--conf", "spark.driver.memory=1g",
+                   "--conf", "spark.ui.enabled=false", *conf, APP, scenario, self.workdir]
+        app = Daemon(f"app-{scenario}", command, self.env, self.workdir)
+        try:
+            return app.wait_for(when, timeout=420)
+        finally:
+            os.killpg(app.proc.pid, signal.SIGKILL)
+            app.proc.wait()
 
     def client(self, scenario: str, *args: str, timeout: float = 420) -> dict:
         return self._run(scenario, [sys.executable, APP, scenario, self.workdir, *args],
@@ -243,18 +258,57 @@ def test_spark_connect_in_front_of_the_cluster_fits_and_scores(second_app):
     assert found["accuracy"] > 0.8
 
 
-def test_a_worker_machine_lost_mid_fit_and_the_fit_recovers_from_its_checkpoint(cluster):
+def _equal_to_keras(history: dict, keras_history: dict) -> float:
+    """The largest relative difference between a history and Keras's (same keys)."""
+    assert set(history) == set(keras_history), (history, keras_history)
+    return _max_rel_diff(history, keras_history)
+
+
+def test_a_driver_killed_mid_run_and_submitted_again_resumes_the_run(cluster):
+    """spark-submit of a 4-epoch run (runId) killed with SIGKILL after epoch 2; the same
+    application submitted again trains epochs 3-4 only, and ends where Keras's
+    uninterrupted fit does. Its ModelCheckpoint(save_best_only) and CSVLogger(append)
+    were written once, by the chief, across both drivers."""
+    killed = cluster.submit_and_kill("driver_killed", r"^KILL-ME (.*)", *TWO_SLOTS)
+    assert [re.search(r"epoch (\d)/4", line).group(1)
+            for line in json.loads(killed.group(1))] == ["1", "2"]
+    found = cluster.submit("driver_resumed", *TWO_SLOTS)["driver_resumed"]
+    epochs = [re.search(r"epoch (\d)/4", line).group(1) for line in found["epoch_lines"]]
+    history_diff = _equal_to_keras(found["history"], found["keras_history"])
+    print(f"\nkilled after epoch 2; the second driver trained epochs {epochs}; history vs "
+          f"Keras's uninterrupted fit: {history_diff:.2e}, weights {found['weights_vs_keras']:.2e}"
+          f", best.keras vs Keras's ModelCheckpoint {found['best_vs_keras']:.2e}")
+    assert epochs == ["3", "4"], found["epoch_lines"]  # epochs 1-2 were not trained again
+    assert history_diff < 1e-5 and found["weights_vs_keras"] < 1e-5
+    assert found["best_vs_keras"] < 1e-5
+    assert [row["epoch"] for row in found["csv"]] == ["0", "1", "2", "3"], found["csv"]
+    for ours, theirs in zip(found["csv"], found["keras_csv"], strict=True):
+        assert abs(float(ours["loss"]) - float(theirs["loss"])) <= 1e-5 * float(theirs["loss"])
+    # the callbacks' files once, in the user's folder; the run's files in its own folder
+    assert [f for f in found["workdir_files"] if f.startswith(("best", "epochs"))] == [
+        "best.keras", "epochs.csv"]
+    assert {"run.json", "result.json"} <= set(found["run_files"]), found["run_files"]
+
+
+def test_a_worker_machine_lost_for_good_and_the_fit_goes_on_with_fewer_workers(cluster):
+    """3 workers, minWorkers=1, full batch: a worker machine dies when epoch 2 begins; the
+    relaunch takes the 2 slots left, from the checkpoint of epoch 1, and the history and
+    weights equal Keras's uninterrupted fit."""
     found = cluster.submit("worker_lost")["worker_lost"]
+    diff = _equal_to_keras(found["history"], found["keras_history"])
     print(f"\nkilled worker JVM {found['killed']['worker']} and its executor "
-          f"{found['killed']['executor']} after epoch 1; the driver said:\n  "
-          + "\n  ".join(found["warnings"]))
+          f"{found['killed']['executor']} when epoch 2 began; the driver said:\n  "
+          + "\n  ".join(found["warnings"]) +
+          f"\nhistory vs Keras's uninterrupted fit: {diff:.2e}, weights "
+          f"{found['weights_vs_keras']:.2e}")
     relaunches = [w for w in found["warnings"] if "Relaunching" in w]
     assert len(relaunches) == 1 and "ExecutorLostError" in relaunches[0], found["warnings"]
-    assert len(found["history"]["loss"]) == 2, "the model is not complete"
+    assert "on 2 of 3 workers: the cluster has 2 task slots now (minWorkers=1)" \
+        in relaunches[0], relaunches
     # epoch 1 trained once: the relaunch resumed from its checkpoint, not from the start
-    epochs = [int(re.search(r"epoch (\d)/2", line).group(1)) for line in found["epoch_lines"]]
-    assert epochs == [1, 2], found["epoch_lines"]
-    assert found["accuracy"] > 0.8
+    epochs = [int(re.search(r"epoch (\d)/3", line).group(1)) for line in found["epoch_lines"]]
+    assert epochs == [1, 2, 3], found["epoch_lines"]
+    assert diff < 1e-5 and found["weights_vs_keras"] < 1e-5
     assert found["executors_after"] == WORKERS - 1
 
 

@@ -66,6 +66,35 @@ def test_expected_slots(master, conf, slots):
     assert checks.expected_slots(master, conf) == slots
 
 
+class _Slots:
+    """What ``relaunch_workers`` reads of a session: the registered slots and the conf."""
+
+    def __init__(self, slots, conf=None):
+        self._slots, self._conf = slots, conf or {}
+
+    def slots_now(self):
+        return self._slots
+
+    def conf(self):
+        return self._conf
+
+
+@pytest.mark.parametrize("slots,wanted,fewest,others,scale,expected", [
+    (4, 2, 1, 0, None, (2, 4)),  # the slots hold them all
+    (1, 2, 1, 0, None, (1, 1)),  # a lost executor: continue with one
+    (2, 3, 1, 1, None, (1, 2)),  # an evaluator takes a slot too
+    (1, 3, 2, 0, None, (2, 1)),  # never fewer than minWorkers: the capacity check then waits
+    (2, 2, 2, 0, None, (2, 2)),  # minWorkers = numWorkers: today's relaunch
+    (None, 2, 1, 0, None, (2, None)),  # Spark Connect does not say: numWorkers
+    (4, 4, 1, 0, TaskResources(2, None), (2, 2)),  # 2 CPUs per task: half the slots
+])
+def test_a_relaunch_takes_the_workers_the_slots_hold_within_min_workers(
+        slots, wanted, fewest, others, scale, expected):
+    session = _Slots(slots, {"spark.task.cpus": "1"})
+    assert checks.relaunch_workers(session, wanted, fewest, others,
+                                   scale.slots if scale else None) == expected
+
+
 def test_executors_that_cannot_start_are_named_at_once():
     conf = {"spark.executor.resource.gpu.amount": "2", "spark.task.resource.gpu.amount": "1"}
     reason = checks.unplaceable("local-cluster[2,1,1024]", conf)

@@ -10,7 +10,8 @@ import sparktf
 from sparktf.ml import TFEstimator, TFModel
 
 NO_DEFAULT = {"inputCols", "labelCols", "validationCol", "modelDir", "modelPath", "taskCpus",
-              "taskGpus", "weightCol", "classWeight", "padLength", "keepBest", "runId"}
+              "taskGpus", "weightCol", "classWeight", "padLength", "keepBest", "runId",
+              "minWorkers"}  # minWorkers unset: numWorkers
 
 
 def build(hparams):

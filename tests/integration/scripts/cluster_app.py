@@ -173,17 +173,21 @@ def concurrent(spark, workdir):
                         "cv_lines": cv_lines})
 
 
+def _rank():
+    return json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+
+
 def kill_worker_once(marker):
-    """A Keras callback: after the first epoch, rank 1 kills the standalone Worker JVM that
-    runs it and that worker's executor JVM (a machine lost mid-fit), once."""
+    """A Keras callback: when epoch 2 begins (the checkpoint of epoch 1 written), rank 1
+    kills the standalone Worker JVM that runs it and that worker's executor JVM (a machine
+    lost for good mid-fit), once."""
     import keras
 
     from tests.conftest import ancestor
 
     class KillWorkerOnce(keras.callbacks.Callback):
-        def on_epoch_end(self, epoch, logs=None):
-            if json.loads(os.environ["TF_CONFIG"])["task"]["index"] != 1 or epoch != 0 \
-                    or os.path.exists(marker):
+        def on_epoch_begin(self, epoch, logs=None):
+            if _rank() != 1 or epoch != 1 or os.path.exists(marker):
                 return
             executor = ancestor(os.getpid(), b"CoarseGrainedExecutorBackend")
             worker = ancestor(executor, b"org.apache.spark.deploy.worker.Worker")
@@ -194,9 +198,40 @@ def kill_worker_once(marker):
     return KillWorkerOnce()
 
 
-def worker_lost(spark, workdir):
-    """A 2-worker fit with checkpoints; a worker machine dies after epoch 1."""
-    from pyspark.ml.feature import VectorAssembler
+ROWS, RATE = 60, 0.05  # full-batch fits of the linear model: Keras is the oracle
+
+
+def linear_frame(spark):
+    from tests.integration import data
+    X, y = data.linear_rows(ROWS)
+    return X, y, spark.createDataFrame(data.rows(X, y), "features array<double>, label double")
+
+
+def linear_estimator(**kw):
+    from sparktf.ml import TFEstimator
+    from tests.integration import models
+    return TFEstimator(modelFn=models.linear, batchSize=ROWS, learningRate=RATE,
+                       shuffle=False, **kw)
+
+
+def keras_oracle(X, y, epochs, callbacks=()):
+    """Keras's own uninterrupted full-batch fit on the driver: (model, history)."""
+    import numpy as np
+
+    from tests.integration import models, plan_oracle
+    model = models.linear({"learningRate": RATE})
+    history = model.fit(plan_oracle.planned_batches(X, y, [np.arange(len(X))]),
+                        epochs=epochs, shuffle=False, verbose=0, callbacks=list(callbacks))
+    return model, {k: [float(v) for v in values] for k, values in history.history.items()}
+
+
+def largest_difference(a_weights, b_weights):
+    import numpy as np
+    return max(float(np.max(np.abs(a - b))) for a, b in zip(a_weights, b_weights, strict=True))
+
+
+def watch_driver_logs():
+    """(epoch lines, warnings) the driver logs, as lists that fill up."""
     lines = EpochLines()  # the epochs each attempt trained
     records = []
     handler = logging.Handler(logging.WARNING)
@@ -204,19 +239,102 @@ def worker_lost(spark, workdir):
     for h in (lines, handler):
         logging.getLogger("sparktf").addHandler(h)
     logging.getLogger("sparktf").setLevel(logging.INFO)
-    train, test = digits_frames(spark)
-    assemble = VectorAssembler(inputCols=[f"p{i}" for i in range(64)], outputCol="features")
+    return lines.lines, records
+
+
+def worker_lost(spark, workdir):
+    """A fit on all 3 workers with minWorkers=1; a worker machine dies for good when epoch 2
+    begins: the fit goes on with 2 workers from the checkpoint of epoch 1."""
+    epoch_lines, warnings = watch_driver_logs()
+    X, y, df = linear_frame(spark)
     marker = os.path.join(workdir, "killed.json")
-    model = estimator(maxRetries=1, epochs=2, modelDir=os.path.join(workdir, "lost"),
-                      callbacks=[kill_worker_once(marker)]).fit(assemble.transform(train))
-    scored = model.transform(assemble.transform(test))
-    accuracy = scored.where("prediction = label").count() / scored.count()
+    model = linear_estimator(numWorkers=3, minWorkers=1, maxRetries=1, epochs=3,
+                             modelDir=os.path.join(workdir, "lost"),
+                             callbacks=[kill_worker_once(marker)]).fit(df)
+    keras_model, keras_history = keras_oracle(X, y, epochs=3)
     with open(marker) as f:
         killed = json.load(f)
     executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1
-    emit("worker_lost", {"history": model.getHistory(), "killed": killed, "warnings": records,
-                         "accuracy": accuracy, "executors_after": executors,
-                         "epoch_lines": lines.lines})
+    emit("worker_lost", {"history": model.getHistory(), "keras_history": keras_history,
+                         "weights_vs_keras": largest_difference(
+                             model.getKerasModel().get_weights(), keras_model.get_weights()),
+                         "killed": killed, "warnings": warnings,
+                         "executors_after": executors, "epoch_lines": epoch_lines})
+
+
+RUN_EPOCHS = 4
+
+
+def run_files(workdir):
+    """The folder of the driver-loss run, and its Keras callbacks' files."""
+    folder = os.path.join(workdir, "runs")
+    return folder, os.path.join(workdir, "best.keras"), os.path.join(workdir, "epochs.csv")
+
+
+def run_estimator(workdir):
+    """The run the driver-loss scenario submits twice: runId 'nightly', 4 epochs, with
+    ModelCheckpoint(save_best_only) and CSVLogger(append) as users write them; the first
+    submission blocks when epoch 3 begins (the test kills its driver meanwhile)."""
+    import keras
+    folder, best, csv = run_files(workdir)
+    marker = os.path.join(workdir, "blocked")
+
+    class BlockOnce(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            if epoch == 2 and not os.path.exists(marker):
+                if _rank() == 0:
+                    open(marker, "w").close()
+                threading.Event().wait()  # until the application is killed
+    return linear_estimator(
+        numWorkers=2, epochs=RUN_EPOCHS, modelDir=folder, runId="nightly",
+        callbacks=[BlockOnce(), keras.callbacks.ModelCheckpoint(best, monitor="loss",
+                                                                save_best_only=True),
+                   keras.callbacks.CSVLogger(csv, append=True)])
+
+
+def driver_killed(spark, workdir):
+    """The run's first submission: says KILL-ME once epoch 2 is reported (its checkpoint
+    written), then waits in epoch 3 until the test kills this driver with SIGKILL."""
+    class KillMe(EpochLines):
+        def emit(self, record):
+            super().emit(record)
+            if self.lines and re.search(r"epoch 2/", self.lines[-1]):
+                print("\nKILL-ME " + json.dumps(self.lines), flush=True)
+    logging.getLogger("sparktf").addHandler(KillMe())
+    logging.getLogger("sparktf").setLevel(logging.INFO)
+    _, _, df = linear_frame(spark)
+    run_estimator(workdir).fit(df)
+    emit("driver_killed", "the fit returned: the driver was not killed")
+
+
+def driver_resumed(spark, workdir):
+    """The same application submitted again: the run resumes after epoch 2."""
+    import csv
+    import tempfile
+
+    import keras
+    epoch_lines, warnings = watch_driver_logs()
+    X, y, df = linear_frame(spark)
+    model = run_estimator(workdir).fit(df)
+    folder, best, csv_path = run_files(workdir)
+    with tempfile.TemporaryDirectory() as keras_dir:
+        keras_best, keras_csv = (os.path.join(keras_dir, n) for n in ("best.keras", "e.csv"))
+        keras_model, keras_history = keras_oracle(X, y, RUN_EPOCHS, [
+            keras.callbacks.ModelCheckpoint(keras_best, monitor="loss", save_best_only=True),
+            keras.callbacks.CSVLogger(keras_csv)])
+        best_vs_keras = largest_difference(keras.saving.load_model(best).get_weights(),
+                                           keras.saving.load_model(keras_best).get_weights())
+        with open(keras_csv) as f:
+            keras_rows = list(csv.DictReader(f))
+    with open(csv_path) as f:
+        rows = list(csv.DictReader(f))
+    emit("driver_resumed", {
+        "epoch_lines": epoch_lines, "warnings": warnings, "history": model.getHistory(),
+        "keras_history": keras_history, "best_vs_keras": best_vs_keras,
+        "weights_vs_keras": largest_difference(model.getKerasModel().get_weights(),
+                                               keras_model.get_weights()),
+        "csv": rows, "keras_csv": keras_rows, "workdir_files": sorted(os.listdir(workdir)),
+        "run_files": _files(os.path.join(folder, "nightly"))})
 
 
 def second(spark, workdir):
