@@ -117,8 +117,11 @@ def translate(exc: Exception | None, errors: dict[int, dict], what: str) -> Spar
     """The most useful sparktf error for a failed barrier stage: from the tasks' reports
     (``errors``), else from Spark's exception ``exc`` (None when the stage finished)."""
     if exc is not None and errors and is_executor_lost(str(exc)) and all(
-            info.get("lost_channel") for info in errors.values()):
-        errors = {}  # the driver saw only connections end: Spark says why (the executor died)
+            info.get("lost_channel") or is_infrastructure(info.get("message", ""))
+            for info in errors.values()):
+        # the driver saw only connections end, or peers lose the worker that was on the
+        # lost executor: Spark says why (the executor died)
+        errors = {}
     invalid = [info for _, info in sorted(errors.items()) if info.get("invalid_input")]
     if invalid:  # the data is at fault, and every task said so
         return InvalidInputError(invalid[0].get("message", ""))

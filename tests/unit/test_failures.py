@@ -89,3 +89,19 @@ def test_a_lost_executor_is_reported_with_the_line_that_says_so():
     assert isinstance(error, ExecutorLostError)
     assert "Spark said: org.apache.spark.SparkException: Job aborted" in str(error)
     assert "worker lost: 127.0.0.1:38583" in str(error) and "o237" not in str(error)
+
+
+def test_a_lost_executor_explains_the_peers_that_lost_their_collective():
+    """Rank 1's executor dies: rank 0 reports the collective its peer left (it reaches the
+    driver first), Spark reports the lost executor. The user is told of the executor, the
+    root cause; a user exception on another rank still comes first."""
+    spark = Exception("Job aborted due to stage failure: Lost task 1.0 (executor 2): "
+                      "ExecutorLostFailure (executor 2 exited caused by one of the running "
+                      "tasks) Reason: Command exited with code 137")
+    peer = {"message": "UnavailableError: Collective ops is aborted by: recvmsg:Connection "
+                       "reset by peer", "role": "worker:0"}
+    error = failures.translate(spark, {0: peer}, "TFEstimator.fit")
+    assert isinstance(error, ExecutorLostError) and "Command exited with code 137" in str(error)
+    raised = {"message": "ValueError: bad rows", "role": "worker:0"}
+    error = failures.translate(spark, {0: raised}, "TFEstimator.fit")
+    assert isinstance(error, TaskFailedError) and "ValueError: bad rows" in error.message
