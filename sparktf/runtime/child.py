@@ -23,6 +23,7 @@ Protocol with the parent task (``sparktf.runtime.task``):
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import resource
@@ -49,6 +50,10 @@ def _preimport() -> None:
         import tensorflow  # noqa: F401
     except ImportError:
         pass  # main_fn may not need TensorFlow; its own import error will say so
+    # Out of the cyclic collector from now on (they live as long as the process): its
+    # collections during training skip them, and a spare's forks do not copy the pages
+    # the collector would write to.
+    gc.freeze()
 
 
 def _run(payload_path: str) -> tuple[str, object]:
