@@ -192,7 +192,8 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                 said += f", back from {stage.num_workers}: the cluster has the slots again"
         else:
             said = (f"on {workers} of {wanted} workers: the cluster has {slots} task "
-                    f"slot{'s' * (slots != 1)} now (minWorkers={self.getMinWorkers()})")
+                    f"slot{'s' * (slots != 1)} now{_kept_for(stage)} "
+                    f"(minWorkers={self.getMinWorkers()})")
         return dataclasses.replace(stage, num_workers=workers), said
 
     def _feature_columns(self, schema) -> list[str]:
@@ -388,6 +389,21 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
         model._set(history=history, inputMapping=chief["input_mapping"],
                    predictionKind=chief["prediction_kind"], fromLogits=chief["from_logits"])
         return model
+
+
+def _kept_for(stage: launch.LaunchSpec) -> str:
+    """What of the slots the tasks that are not workers take (they are not minWorkers'):
+    ", 2 of them for the chief and 1 parameter server", or nothing."""
+    others = []
+    if stage.num_ps:
+        others += ["the chief", f"{stage.num_ps} parameter server{'s' * (stage.num_ps > 1)}"]
+    if stage.evaluator:
+        others.append("the evaluator")
+    taken = stage.num_tasks - stage.num_workers
+    if not others:
+        return ""
+    named = " and ".join([", ".join(others[:-1]), others[-1]] if len(others) > 1 else others)
+    return f", {taken} of them for {named}"
 
 
 def _chief(results: list) -> dict:

@@ -360,3 +360,25 @@ def test_the_channel_serves_many_waiting_tasks_with_two_threads_and_a_silent_one
         for client in clients:
             client.close()
         silent.close()
+
+
+@pytest.mark.parametrize("num_ps,evaluator,slots,said", [
+    (0, False, 1, "on 1 of 2 workers: the cluster has 1 task slot now (minWorkers=1)"),
+    (0, True, 2, "on 1 of 2 workers: the cluster has 2 task slots now, 1 of them for the "
+                 "evaluator (minWorkers=1)"),
+    (1, False, 3, "on 1 of 2 workers: the cluster has 3 task slots now, 2 of them for the "
+                  "chief and 1 parameter server (minWorkers=1)"),
+    (2, True, 5, "on 1 of 2 workers: the cluster has 5 task slots now, 4 of them for the "
+                 "chief, 2 parameter servers and the evaluator (minWorkers=1)"),
+])
+def test_a_shrunk_relaunch_says_which_slots_are_not_for_workers(monkeypatch, num_ps,
+                                                                 evaluator, slots, said):
+    """The slots a relaunch line names include those of the tasks minWorkers does not
+    count: it says so, or "1 of 2 workers: 3 task slots" reads as a contradiction."""
+    from sparktf._driver import launch, sessions
+    from sparktf.ml import TFEstimator
+    monkeypatch.setattr(sessions, "Session", lambda spark: _Slots(slots))
+    stage = launch.LaunchSpec(b"", 2, num_ps, evaluator=evaluator)
+    est = TFEstimator(numWorkers=2, minWorkers=1, numPs=num_ps, evaluator=evaluator)
+    resized, message = est._resized(None, stage, None)
+    assert resized.num_workers == 1 and message == said
