@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Iterator
 
-from sparktf.errors import ClusterCapacityError
+from sparktf.errors import ClusterCapacityError, InvalidInputError
 
 logger = logging.getLogger(__name__)
 
@@ -135,29 +135,55 @@ def check_capacity(session, num_tasks: int, what: str, scale=None) -> int:
         "executors, cores or GPUs.")
 
 
-def relaunch_workers(session, wanted: int, fewest: int, others: int,
-                     scale=None) -> tuple[int, int | None]:
-    """(workers, slots): how many workers a relaunch takes, from the task slots the
-    registered executors offer now (``scale`` as in ``check_capacity``).
+RELAUNCH_WAIT_CONF = "spark.sparktf.relaunchWait"
+DEFAULT_RELAUNCH_WAIT_S = 60.0
 
-    ``wanted`` when the slots hold them beside the stage's ``others`` tasks (parameter
-    servers, chief, evaluator), else as many as they hold, but never fewer than
-    ``fewest``: then ``check_capacity`` waits for executors or says what is missing. On
-    Spark Connect, which does not tell the slots, ``wanted``.
+
+def relaunch_wait_s(session) -> float:
+    """How long a relaunch waits for lost executors to be replaced: ``spark.sparktf.
+    relaunchWait`` seconds (default 60)."""
+    chosen = session.setting(RELAUNCH_WAIT_CONF)
+    if chosen is None:
+        return DEFAULT_RELAUNCH_WAIT_S
+    text = chosen.strip().lower()
+    try:
+        value = float(text[:-1] if text.endswith("s") else text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise InvalidInputError(f"{RELAUNCH_WAIT_CONF} must be a number of seconds >= 0. "
+                                f"Received: {chosen!r}")
+    return value
+
+
+def relaunch_workers(session, wanted: int, fewest: int, others: int, scale=None,
+                     wait_s: float = DEFAULT_RELAUNCH_WAIT_S) -> tuple[int, int | None]:
+    """(workers, slots): how many workers a relaunch takes, from the task slots the
+    registered executors offer (``scale`` as in ``check_capacity``).
+
+    A lost executor is usually replaced within seconds (by the standalone master, YARN,
+    Kubernetes): while the slots cannot hold ``wanted`` workers beside the stage's
+    ``others`` tasks (parameter servers, chief, evaluator), this waits up to ``wait_s``
+    for them. Then it takes as many as they hold, never fewer than ``fewest`` (the caller
+    says what is missing). On Spark Connect, which does not tell the slots, ``wanted``.
     """
     now = session.slots_now()
     if now is None:
         return wanted, None
-    slots = scale(session.conf(), now) if scale is not None else now
+    scale = scale or (lambda _conf, slots: slots)
+    slots = scale(session.conf(), now)
+    if slots - others < wanted and wait_s > 0:
+        slots = _await_slots(session, wanted + others, wait_s, scale)
     return max(fewest, min(wanted, slots - others)), slots
 
 
 def _await_slots(session, num_tasks: int, timeout_s: float, scale) -> int:
     # PySpark has no blocking "executor registered" call, so this waits in short,
-    # bounded steps; it only runs while a just-started session's executors come up.
+    # bounded steps; it only runs while executors come up (a session just started, a
+    # lost executor replaced before a relaunch).
     conf = session.conf()
-    logger.info("sparktf: waiting for executors to register (%d of %d slots so far)",
-                session.slots_now(), num_tasks)
+    logger.info("sparktf: waiting up to %.0f s for executors to register (%d of %d slots "
+                "so far)", timeout_s, session.slots_now(), num_tasks)
     deadline = time.monotonic() + timeout_s
     tick = threading.Event()
     have = scale(conf, session.slots_now())

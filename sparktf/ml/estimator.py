@@ -22,7 +22,7 @@ from sparktf import tensorboard
 from sparktf._driver import checks, events, failures, launch, pickling, sessions
 from sparktf._driver import schema as schema_checks
 from sparktf._driver.resources import TaskResources
-from sparktf.errors import InvalidInputError, SparkTFError
+from sparktf.errors import ClusterCapacityError, InvalidInputError, SparkTFError
 from sparktf.ml import parquet_copy, runs, scratch
 from sparktf.ml.model import TFModel
 from sparktf.ml.params import _TFEstimatorParams, add_setters, without_none
@@ -182,10 +182,21 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
         """The relaunch's stage and what to say of its workers: ``numWorkers`` when the
         cluster's task slots hold them, else as many as they hold, not fewer than
         ``minWorkers`` (``batchSize`` stays the global batch: the steps are the same)."""
-        wanted = self.getNumWorkers()
-        workers, slots = checks.relaunch_workers(
-            sessions.Session(spark), wanted, self.getMinWorkers(),
-            stage.num_tasks - stage.num_workers, resources.slots if resources else None)
+        wanted, fewest, session = self.getNumWorkers(), self.getMinWorkers(), \
+            sessions.Session(spark)
+        others = stage.num_tasks - stage.num_workers
+        wait_s = checks.relaunch_wait_s(session)
+        workers, slots = checks.relaunch_workers(session, wanted, fewest, others,
+                                                 resources.slots if resources else None,
+                                                 wait_s)
+        if slots is not None and slots - others < fewest:
+            raise ClusterCapacityError(
+                f"{stage.what} cannot relaunch: it needs {fewest + others} task slots "
+                f"(minWorkers={fewest} workers" +
+                (f" and {others} for the other tasks" if others else "") + ") "
+                f"and the cluster has {slots} {wait_s:g} s after the attempt failed "
+                f"({checks.RELAUNCH_WAIT_CONF}): executors were lost and not replaced. Add "
+                "executors, or set minWorkers lower to continue on fewer workers.")
         if workers == wanted:
             said = f"on {workers} worker{'s' * (workers > 1)}"
             if stage.num_workers != wanted:

@@ -1,5 +1,6 @@
 """Fault injection on local-cluster: killed workers, raising user code, a lost executor."""
 
+import csv
 import json
 import logging
 import os
@@ -222,13 +223,23 @@ def test_a_lost_executor_shrinks_the_fit_to_min_workers_and_a_relaunch_grows_it_
         helper = threading.Thread(target=bring_back, daemon=True)
         helper.start()
         _executor_target(spark, 1)
+        # the relaunch waits this long for a replacement that does not come (the target)
+        spark.conf.set("spark.sparktf.relaunchWait", "3")
         try:
+            # Keras's file callbacks as users write them carry on across the relaunches:
+            # the best epoch by mode="max" is the first, which a relaunch must not forget
+            files = [keras.callbacks.CSVLogger(str(tmp_path / "epochs.csv")),
+                     keras.callbacks.ModelCheckpoint(str(tmp_path / "best.keras"),
+                                                     monitor="loss", mode="max",
+                                                     save_best_only=True)]
             est = TFEstimator(modelFn=models.linear, numWorkers=2, minWorkers=1, epochs=3,
                               batchSize=60, learningRate=0.05, shuffle=False, maxRetries=2,
                               modelDir=str(tmp_path / "m"),
-                              callbacks=[ShrinkThenGrow(str(marks), server.getsockname()[1])])
+                              callbacks=[ShrinkThenGrow(str(marks), server.getsockname()[1]),
+                                         *files])
             model = est.fit(df)
         finally:
+            spark.conf.unset("spark.sparktf.relaunchWait")
             _executor_target(spark, 2)
             _slots_back(spark, 2)
             helper.join(timeout=1)
@@ -238,6 +249,7 @@ def test_a_lost_executor_shrinks_the_fit_to_min_workers_and_a_relaunch_grows_it_
     assert "ExecutorLostError" in relaunches[0] and "was lost" in relaunches[0]
     assert "on 1 of 2 workers: the cluster has 1 task slot now (minWorkers=1)" \
         in relaunches[0]
+    assert "waiting up to 3 s for executors to register (1 of 2 slots so far)" in caplog.text
     assert "on 2 workers, back from 1" in relaunches[1]
     begun = sorted(f for f in os.listdir(marks) if f.startswith("begun"))
     assert begun == ["begun-1-1", "begun-1-2", "begun-2-0", "begun-2-1", "begun-2-2"]
@@ -248,6 +260,16 @@ def test_a_lost_executor_shrinks_the_fit_to_min_workers_and_a_relaunch_grows_it_
     assert max(diffs.values()) < 1e-5, (model.getHistory(), keras_history)
     for ours, theirs in zip(model.getKerasModel().get_weights(), keras_model.get_weights(),
                             strict=True):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-7)
+    with open(tmp_path / "epochs.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["epoch"] for r in rows] == ["0", "1", "2"], rows  # each epoch once, in order
+    np.testing.assert_allclose([float(r["loss"]) for r in rows], keras_history["loss"],
+                               rtol=1e-5)
+    first_epoch, _ = plan_oracle.keras_fit(models.linear, {"learningRate": 0.05}, X, y,
+                                           [np.arange(60)], epochs=1)
+    for ours, theirs in zip(keras.saving.load_model(tmp_path / "best.keras").get_weights(),
+                            first_epoch.get_weights(), strict=True):
         np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-7)
     assert sparktf.run(spark, lambda a, c: c.rank, numWorkers=2) == [0, 1]  # usable again
 

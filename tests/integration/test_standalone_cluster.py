@@ -294,7 +294,9 @@ def test_a_worker_machine_lost_for_good_and_the_fit_goes_on_with_fewer_workers(c
     """3 workers, minWorkers=1, full batch: a worker machine dies when epoch 2 begins; the
     relaunch takes the 2 slots left, from the checkpoint of epoch 1, and the history and
     weights equal Keras's uninterrupted fit."""
-    found = cluster.submit("worker_lost")["worker_lost"]
+    # a relaunch waits 5 s (not 60) for the lost machine's executor to be replaced
+    found = cluster.submit("worker_lost", "--conf", "spark.sparktf.relaunchWait=5")[
+        "worker_lost"]
     diff = _equal_to_keras(found["history"], found["keras_history"])
     print(f"\nkilled worker JVM {found['killed']['worker']} and its executor "
           f"{found['killed']['executor']} when epoch 2 began; the driver said:\n  "

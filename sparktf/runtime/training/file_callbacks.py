@@ -54,3 +54,22 @@ def private_paths(callbacks, is_chief: bool):
         yield
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def resume(callbacks, history: dict) -> None:
+    """A relaunched or resumed attempt carries on what Keras's file callbacks wrote before
+    it (fresh copies of them): ``CSVLogger`` appends to its file (Keras's ``append``, as
+    Keras advises for a continued fit), and ``ModelCheckpoint(save_best_only=True)`` saves
+    only an epoch better than the best of ``history``, the epochs already trained."""
+    for callback in callbacks:
+        name = _keras_class(callback, ("CSVLogger", "ModelCheckpoint"))
+        if name == "CSVLogger":
+            callback.append = True
+        elif (name == "ModelCheckpoint" and callback.save_best_only and
+              hasattr(callback, "_is_improvement") and history.get(callback.monitor)):
+            if callback.monitor_op is None:
+                callback._set_monitor_op()
+            for value in history[callback.monitor]:
+                if callback.best is None or bool(callback._is_improvement(value,
+                                                                          callback.best)):
+                    callback.best = float(value)

@@ -13,7 +13,7 @@ import numpy as np
 
 from sparktf._protocol import heartbeats
 from sparktf.runtime import feed, inference, storage
-from sparktf.runtime.training import best, checkpoint, keras_steps, summaries
+from sparktf.runtime.training import best, checkpoint, file_callbacks, keras_steps, summaries
 from sparktf.runtime.training import bindings as binding
 from sparktf.runtime.training.spec import EXPORT_DIR, KERAS_FILE, SAVED_MODEL, StepPlan, TrainSpec
 
@@ -119,6 +119,8 @@ class EpochRunner:
         """Runs epochs ``first_epoch`` .. ``epochs - 1``, checkpointing after each one."""
         history = collections.defaultdict(list, {k: list(v) for k, v in (history or {}).items()})
         self.model.stop_training = False
+        if first_epoch:
+            file_callbacks.resume(self.spec.callbacks, history)
         self.callbacks.on_train_begin()
         logs: dict = {}
         for epoch in range(first_epoch, self.spec.epochs):
