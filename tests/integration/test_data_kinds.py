@@ -123,7 +123,15 @@ def _sql(spark, fitted, df, kind):
     return values[:, None]
 
 
-@pytest.mark.parametrize("kind", data_kinds.KINDS, ids=[k.name for k in data_kinds.KINDS])
+# a stream runs transform's own Arrow UDF: the kinds whose columns reach it differently
+# (names, nested arrays, binary, length None, a struct of several outputs); the others
+# (text, int64 ids, length 10) feed as these do
+STREAMED = [k for k in data_kinds.KINDS if k.name in (
+    "strings + ints + floats by name", "array<array<float>> images", "binary PNG files",
+    "variable-length ids, length None", "two labels, two outputs, weights")]
+
+
+@pytest.mark.parametrize("kind", STREAMED, ids=[k.name for k in STREAMED])
 def test_a_streaming_query_scores_each_kind_as_transform_does(spark, kind, tmp_path):
     batch, model, _ = _fit(spark, kind)
     source = str(tmp_path / "source")

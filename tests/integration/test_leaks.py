@@ -1,4 +1,4 @@
-"""12 consecutive fits in one driver, some failing, leave nothing behind; spare processes
+"""8 consecutive fits in one driver, some failing, leave nothing behind; spare processes
 (TensorFlow imported, kept between tasks) end after their idle timeout and with the session."""
 
 import gc
@@ -13,7 +13,7 @@ from tests.conftest import child_pids, spare_pids, wait_gone
 from tests.integration import data, models
 
 pytestmark = pytest.mark.timeout(900)
-FITS = 12
+FITS = 8
 SPARE_IDLE_S = 5
 SPARES_JOB = conftest.Job("spares", "tests/integration/scripts/spare_job.py", expected_s=26)
 
@@ -30,15 +30,15 @@ def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def test_a_dozen_fits_including_failures_leave_no_processes_ports_or_threads(spark, capsys):
+def test_eight_fits_including_failures_leave_no_processes_ports_or_threads(spark, capsys):
     spark.conf.set("spark.sparktf.spareIdleTimeout", str(SPARE_IDLE_S))
     try:
-        _dozen_fits(spark, capsys)
+        _fits(spark, capsys)
     finally:
         spark.conf.unset("spark.sparktf.spareIdleTimeout")
 
 
-def _dozen_fits(spark, capsys):
+def _fits(spark, capsys):
     X, y = data.linear_rows(300)
     df = spark.createDataFrame(data.rows(X, y), "features array<double>, label double").cache()
     df.count()
