@@ -111,21 +111,9 @@ class EpochLines(logging.Handler):
             self.lines.append(message)
 
 
-def keras_histories(train, rates):
-    """Keras's own full-batch fits of the threads' estimators, on the driver."""
-    import numpy as np
-
-    from tests.integration import models, plan_oracle
-    rows = train.collect()
-    X = np.array([r.features.toArray() for r in rows], np.float32)
-    y = np.array([r.label for r in rows], np.int64)
-    return [plan_oracle.keras_fit(models.digits_mlp, {"learningRate": lr}, X, y,
-                                  [np.arange(len(X))], epochs=2)[1] for lr in rates]
-
-
 def concurrent(spark, workdir):
-    """Two fits at once (two threads) against Keras's own fits; CrossValidator with
-    parallelism=2 against parallelism=1."""
+    """Two fits at once (two threads; CrossValidator(parallelism=2)) against the same
+    fits one after the other."""
     from pyspark.ml.evaluation import MulticlassClassificationEvaluator
     from pyspark.ml.feature import VectorAssembler
     from pyspark.ml.tuning import CrossValidator, ParamGridBuilder
@@ -140,11 +128,11 @@ def concurrent(spark, workdir):
     rates = (0.01, 0.05)
     shared = os.path.join(workdir, "concurrent")  # every fit gets a folder of its own in it
     # full-batch steps: the rows' order (which a shuffle before a 1-task stage does not
-    # keep) changes only the order of a sum, so fits run at once and Keras's can agree
+    # keep) changes only the order of a sum, so fits run at once and in turn can agree
     full = dict(numWorkers=1, batchSize=4096, modelDir=shared)
     estimators = [estimator(learningRate=lr, epochs=2, **full) for lr in rates]
 
-    def histories_at_once():
+    def histories(parallel):
         found, failed = [None, None], []
 
         def fit(i):
@@ -152,19 +140,23 @@ def concurrent(spark, workdir):
                 found[i] = estimators[i].fit(train).getHistory()
             except BaseException as e:  # noqa: BLE001 - raised again in the main thread
                 failed.append(e)
-        threads = [threading.Thread(target=fit, args=(i,)) for i in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        if parallel:
+            threads = [threading.Thread(target=fit, args=(i,)) for i in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        else:
+            fit(0)
+            fit(1)
         if failed:
             raise failed[0]
         return found
 
     lines.lines.clear()
-    together = histories_at_once()
+    together = histories(parallel=True)
     together_lines = list(lines.lines)
-    apart = keras_histories(train, rates)
+    apart = histories(parallel=False)
 
     def cv(parallelism):
         est = estimator(epochs=1, **full)
@@ -176,7 +168,7 @@ def concurrent(spark, workdir):
     lines.lines.clear()
     cv_together = cv(2)
     cv_lines = list(lines.lines)
-    emit("concurrent", {"threads": together, "keras": apart, "thread_lines": together_lines,
+    emit("concurrent", {"threads": together, "sequential": apart, "thread_lines": together_lines,
                         "cv_parallel": cv_together, "cv_sequential": cv(1),
                         "cv_lines": cv_lines})
 
