@@ -7,7 +7,8 @@ STAMP := $(VENV)/.sparktf-installed
 LOWEST := .venv-lowest
 LOWEST_STAMP := $(LOWEST)/.sparktf-installed
 
-.PHONY: demo test test-lowest test-cluster lint unit integration fuzz bench java-check clean
+.PHONY: demo test test-lowest test-cluster lint unit integration fuzz bench java-check clean \
+	environments
 
 $(STAMP): pyproject.toml setup.cfg Makefile constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "sparktf needs Python 3.11 or newer; set PYTHON=/path/to/python3.11")'
@@ -32,13 +33,17 @@ $(LOWEST_STAMP): pyproject.toml constraints-lowest.txt constraints.txt Makefile
 	$(LOWEST)/bin/python -m compileall -q -j 0 $(LOWEST)/lib > /dev/null || true
 	touch $(LOWEST_STAMP)
 
+environments:
+	@$(MAKE) --no-print-directory -j2 $(STAMP) $(LOWEST_STAMP)
+
 java-check:
 	@scripts/check_java.sh
 
 demo: java-check $(STAMP)
 	$(BIN)/python -m examples.demo
 
-test: java-check $(STAMP) $(LOWEST_STAMP) lint
+# The two environments are built at once (a pip install runs on one core).
+test: java-check environments lint
 	$(BIN)/python -m pytest --durations=30 --ignore=tests/generated tests
 	$(BIN)/python -m pytest --durations=5 tests/generated
 	$(MAKE) --no-print-directory test-lowest

@@ -100,6 +100,7 @@ class ModelCache:
             cls._entries[key] = loaded
             while len(cls._entries) > cls.capacity:
                 cls._entries.popitem(last=False)[1].close()
+        _settle()
         return loaded.fn
 
     @classmethod
@@ -107,6 +108,15 @@ class ModelCache:
         with cls._lock:
             while cls._entries:
                 cls._entries.popitem()[1].close()
+
+
+def _settle() -> None:
+    """After a model is loaded (rarely): one full collection, the models the cache let go
+    included, then everything alive frozen again (``start_tensorflow``), so that the
+    collection pyspark's daemon runs after every task does not walk the loaded models."""
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
 
 
 @dataclasses.dataclass
