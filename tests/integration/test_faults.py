@@ -165,7 +165,10 @@ class ShrinkThenGrow(keras.callbacks.Callback):
         if _rank() == 0:
             open(os.path.join(self.folder, f"begun-{workers}-{epoch}"), "w").close()
         if workers == 2 and epoch == 1 and _rank() == 1 and self._once("shrunk"):
+            # the executor and this process with it: a task process outlives its JVM for a
+            # moment, and might train epoch 2 before it notices
             os.kill(ancestor(os.getpid(), b"CoarseGrainedExecutorBackend"), signal.SIGKILL)
+            os.kill(os.getpid(), signal.SIGKILL)
         if workers == 1 and epoch == 2 and self._once("grown"):
             with socket.create_connection(("127.0.0.1", self.port), timeout=120) as s:
                 assert s.recv(2) == b"go"

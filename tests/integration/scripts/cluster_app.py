@@ -195,6 +195,7 @@ def kill_worker_once(marker):
                 json.dump({"worker": worker, "executor": executor}, f)
             os.kill(worker, signal.SIGKILL)
             os.kill(executor, signal.SIGKILL)
+            os.kill(os.getpid(), signal.SIGKILL)  # the machine's processes all go
     return KillWorkerOnce()
 
 
@@ -280,10 +281,19 @@ def run_estimator(workdir):
     marker = os.path.join(workdir, "blocked")
 
     class BlockOnce(keras.callbacks.Callback):
-        def on_epoch_begin(self, epoch, logs=None):
-            if epoch == 2 and not os.path.exists(marker):
+        """Blocks when epoch 3 begins, in the first submission only: it decides at the end
+        of epoch 2, before the driver hears of that epoch (and is killed)."""
+
+        block = False
+
+        def on_epoch_end(self, epoch, logs=None):
+            if epoch == 1:
+                self.block = not os.path.exists(marker)
                 if _rank() == 0:
                     open(marker, "w").close()
+
+        def on_epoch_begin(self, epoch, logs=None):
+            if self.block:
                 threading.Event().wait()  # until the application is killed
     return linear_estimator(
         numWorkers=2, epochs=RUN_EPOCHS, modelDir=folder, runId="nightly",
