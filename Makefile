@@ -45,8 +45,14 @@ demo: java-check $(STAMP)
 # The two environments are built at once (a pip install runs on one core).
 test: java-check environments lint
 	$(BIN)/python -m pytest --durations=30 --ignore=tests/generated tests
-	$(BIN)/python -m pytest --durations=5 tests/generated
-	$(MAKE) --no-print-directory test-lowest
+	@# The lowest versions' run (unit tests and one fit, in its own environment) goes beside
+	@# the generated cases; its output follows theirs. Either failing fails make test.
+	@$(MAKE) --no-print-directory test-lowest > .test-lowest.log 2>&1 & lowest=$$!; \
+		$(BIN)/python -m pytest --durations=5 tests/generated; generated=$$?; \
+		wait $$lowest; status=$$?; \
+		echo "== make test-lowest (run beside the generated cases):"; cat .test-lowest.log; \
+		rm -f .test-lowest.log; \
+		test $$generated -eq 0 -a $$status -eq 0
 
 # The generated cases (Hypothesis) with the large budget: 1,000 column frames through the
 # runtime in one process (and 200 with a null), then 200 fits against Keras and 100 frames
