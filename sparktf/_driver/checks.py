@@ -139,21 +139,27 @@ RELAUNCH_WAIT_CONF = "spark.sparktf.relaunchWait"
 DEFAULT_RELAUNCH_WAIT_S = 60.0
 
 
-def relaunch_wait_s(session) -> float:
-    """How long a relaunch waits for lost executors to be replaced: ``spark.sparktf.
-    relaunchWait`` seconds (default 60)."""
-    chosen = session.setting(RELAUNCH_WAIT_CONF)
+def seconds_setting(name: str, chosen: str | None, default: float, note: str = "") -> float:
+    """A Spark setting of seconds (``"5"``, ``"2.5s"``): ``default`` when unset; refused
+    unless a finite number >= 0 (``note`` is added to the refusal)."""
     if chosen is None:
-        return DEFAULT_RELAUNCH_WAIT_S
+        return default
     text = chosen.strip().lower()
     try:
         value = float(text[:-1] if text.endswith("s") else text)
     except ValueError:
         value = -1.0
     if not 0 <= value < float("inf"):
-        raise InvalidInputError(f"{RELAUNCH_WAIT_CONF} must be a number of seconds >= 0. "
+        raise InvalidInputError(f"{name} must be a number of seconds >= 0{note}. "
                                 f"Received: {chosen!r}")
     return value
+
+
+def relaunch_wait_s(session) -> float:
+    """How long a relaunch waits for lost executors to be replaced: ``spark.sparktf.
+    relaunchWait`` seconds (default 60)."""
+    return seconds_setting(RELAUNCH_WAIT_CONF, session.setting(RELAUNCH_WAIT_CONF),
+                           DEFAULT_RELAUNCH_WAIT_S)
 
 
 def relaunch_workers(session, wanted: int, fewest: int, others: int, scale=None,

@@ -206,18 +206,8 @@ def spare_idle_s(conf: dict[str, str], chosen: str | None = None) -> float:
     if conf.get("spark.python.worker.reuse", "true").strip().lower() == "false":
         return 0.0
     chosen = conf.get(SPARE_IDLE_CONF) if chosen is None else chosen
-    if chosen is None:
-        return DEFAULT_SPARE_IDLE_S
-    text = chosen.strip().lower()
-    seconds = text[:-1] if text.endswith("s") else text
-    try:
-        value = float(seconds)
-    except ValueError:
-        value = -1.0
-    if not value >= 0 or value == float("inf"):
-        raise InvalidInputError(f"{SPARE_IDLE_CONF} must be a number of seconds >= 0 (0 turns "
-                                f"spare processes off). Received: {chosen!r}")
-    return value
+    return checks.seconds_setting(SPARE_IDLE_CONF, chosen, DEFAULT_SPARE_IDLE_S,
+                                  " (0 turns spare processes off)")
 
 
 def _run_stage(session: sessions.Session, stage: LaunchSpec, df, collector: EventCollector):
