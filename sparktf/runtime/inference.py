@@ -309,7 +309,7 @@ def score_arrays(spec: ScoreSpec, columns: Iterator[Sequence[pa.Array]]
     or, for an input of length None, every row of one length in the batch
     (``length_groups``): how rows are batched never changes a row's outputs.
     """
-    zip_imports.make_lazy()  # this Python worker's later tasks start 0.45 s sooner
+    zip_imports.make_lazy()  # ~0.2 s of CPU less for each later task of this worker
     start_tensorflow()
     device = task_device(spec.use_gpu)
     fn = None

@@ -65,7 +65,7 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     """The ``mapInArrow`` function of the barrier stage."""
     from pyspark import BarrierTaskContext
 
-    zip_imports.make_lazy()  # this Python worker's later tasks start 0.45 s sooner
+    zip_imports.make_lazy()  # ~0.2 s of CPU less for each later task of this worker
     barrier = BarrierTaskContext.get()
     rank = barrier.partitionId()
     _reset_peak_rss()
