@@ -1,0 +1,85 @@
+"""CPU by process kind while something runs (e.g. the test suite): samples ``/proc`` every
+second, keeps each process's last reading, and rewrites the totals by kind to a JSON
+file after every sample, until it is stopped.
+
+    python bench/suite_cpu.py OUT.json & make test; kill %1
+
+A process that lives less than a second between two samples is missed, and a process's
+last second is not counted. The table in bench/RESULTS.md (issues 32, 33) came from it.
+"""
+
+import collections
+import json
+import os
+import sys
+import time
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _read(path: str) -> str:
+    with open(path, "rb") as f:
+        return f.read().replace(b"\0", b" ").decode(errors="replace")
+
+
+def kind(pid: str) -> str | None:
+    """What the process is: a Spark JVM, a Python worker, a sparktf spare or task, ..."""
+    try:
+        command, name = _read(f"/proc/{pid}/cmdline"), _read(f"/proc/{pid}/comm").strip()
+    except OSError:
+        return None
+    if name == "java" or command.split(" ")[0].endswith("java"):
+        if "CoarseGrainedExecutorBackend" in command:
+            return "jvm-executor"
+        if "deploy.master" in command or "deploy.worker" in command:
+            return "jvm-standalone-daemon"
+        return "jvm-driver"
+    if name == "sparktf-spare" or "--spare" in command:
+        return "spare"
+    if name == "sparktf-task" or "sparktf.runtime.child" in command:
+        return "task"
+    if "pyspark.daemon" in command:
+        return "python-worker"
+    if "pytest" in command:
+        return "pytest"
+    if "scripts/" in command:
+        return "job-driver:" + command.split("scripts/")[1].split()[0]
+    if "ipykernel" in command:
+        return "notebook-kernel"
+    return "other:" + name
+
+
+def main(out: str) -> None:
+    seen: dict[tuple, list] = {}  # (pid, start time) -> [kind, CPU seconds]
+    started = time.time()
+    while True:
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                fields = _read(f"/proc/{pid}/stat").rsplit(")", 1)[1].split()
+                name = _read(f"/proc/{pid}/comm").strip()
+            except OSError:
+                continue
+            cpu = (int(fields[11]) + int(fields[12])) / TICKS
+            key = (pid, fields[19])
+            if key not in seen:
+                found = kind(pid)
+                if found is None:
+                    continue
+                seen[key] = [found, cpu]
+            seen[key][1] = max(seen[key][1], cpu)
+            if name == "sparktf-task":  # forked from a spare, named after the fork
+                seen[key][0] = "task"
+        totals = collections.defaultdict(lambda: [0.0, 0])
+        for found, cpu in seen.values():
+            totals[found][0] += cpu
+            totals[found][1] += 1
+        rows = sorted(([k, round(cpu, 1), n] for k, (cpu, n) in totals.items()),
+                      key=lambda row: -row[1])
+        with open(out, "w") as f:
+            json.dump({"elapsed_s": round(time.time() - started), "kind_cpu_s_count": rows},
+                      f, indent=0)
+        time.sleep(1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
