@@ -29,7 +29,7 @@ def read_columns(names, ctx):
 
 
 def _spark_value(kind, value):
-    if kind.ddl != "vector":
+    if kind.ddl != "vector" or value is None:
         return value
     from pyspark.ml.linalg import Vectors
 
@@ -106,6 +106,9 @@ def _scoring_case(chosen, rows):
                              column_cases.DOUBLES, "float64")],
           [(0, 2, [[1.0, -2.0], [3.0, 4.0], [5.0, 6.0]]), (1, 100, [[0.0, 0.0]] * 3)]),
          2, True)
+# found by make fuzz: a null ml Vector (the test's own frame could not hold one)
+@example(([column_cases.Kind("vector[1]", "vector", column_cases.FLOATS, "float32")],
+          [(0, [0.0])]), 1, True)
 def test_any_columns_score_through_transform_and_udf(spark, frame, tasks, null_row):
     chosen, rows = frame
     names = column_cases.column_names(chosen)
