@@ -45,7 +45,12 @@ def build(hp):
         outputs.append(keras.layers.Dense(1, name="y2")(hidden))
     model = keras.Model(inputs, outputs if len(outputs) > 1 else outputs[0])
     losses = {"y": "mse", "y2": "mae"} if hp.get("two_outputs") else "mse"
-    model.compile(optimizer=keras.optimizers.SGD(0.05), loss=losses,
+    # 0.01, not 0.05: at 0.05, weights up to 3 and one row a worker per step, the steps
+    # expand differences (float32 sums in another order grew 10% a step, from 4e-8 at the
+    # first step to 25% after 268: make fuzz's case parts [134, 133], batch 2, weights);
+    # Keras's own fit would disagree with itself the same way. The oracle compares only
+    # where the training contracts them.
+    model.compile(optimizer=keras.optimizers.SGD(0.01), loss=losses,
                   metrics={"y": ["mae"]} if hp.get("two_outputs") else ["mae"])
     return model
 
@@ -180,5 +185,9 @@ def _check(spark, case):
           "weights": False, "two_outputs": False, "validation": "fraction", "seed": 3})
 @example({"parts": [1, 1], "batch": 2, "regularizer": False, "add_loss": False,
           "weights": False, "two_outputs": False, "validation": "column", "seed": 4})
+# found by make fuzz: 268 steps of one row a worker with weights, which SGD(0.05) made
+# expand float32 rounding differences to 1.3e-2 (see build)
+@example({"parts": [134, 133], "batch": 2, "regularizer": False, "add_loss": False,
+          "weights": True, "two_outputs": False, "validation": None, "seed": 2})
 def test_any_fit_equals_keras_on_the_same_global_batches(spark, case):
     _check(spark, case)
