@@ -22,10 +22,11 @@ def _read(path: str) -> str:
         return f.read().replace(b"\0", b" ").decode(errors="replace")
 
 
-def kind(pid: str) -> str | None:
-    """What the process is: a Spark JVM, a Python worker, a sparktf spare or task, ..."""
+def kind(pid: str, name: str) -> str | None:
+    """What the process (named ``name``) is: a Spark JVM, a Python worker, a sparktf spare
+    or task, ..."""
     try:
-        command, name = _read(f"/proc/{pid}/cmdline"), _read(f"/proc/{pid}/comm").strip()
+        command = _read(f"/proc/{pid}/cmdline")
     except OSError:
         return None
     if name == "java" or command.split(" ")[0].endswith("java"):
@@ -62,7 +63,7 @@ def main(out: str) -> None:
             cpu = (int(fields[11]) + int(fields[12])) / TICKS
             key = (pid, fields[19])
             if key not in seen:
-                found = kind(pid)
+                found = kind(pid, name)
                 if found is None:
                     continue
                 seen[key] = [found, cpu]
