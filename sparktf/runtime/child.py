@@ -34,22 +34,15 @@ import cloudpickle
 
 from sparktf._protocol.wire import DONE_LINE, phase
 from sparktf.errors import InvalidInputError
-from sparktf.runtime import arrival, spare
+from sparktf.runtime import arrival, deferred_imports, spare
 
 
 def _preimport() -> None:
     """Imports TensorFlow and Keras: overlaps their import with the data transfer, or
-    serves every fork of a spare.
-
-    All of Keras, its optional scikit-learn and matplotlib helpers included: deferring
-    those (``importlib.util.LazyLoader``) took a second off a cold start, but a task process
-    then loaded them itself (a warm 1-epoch fit took 4.4 s instead of 2.6 s; pickling by
-    reference looks at every module's attributes, which loads a lazy module)."""
-    try:
-        import keras  # noqa: F401
-        import tensorflow  # noqa: F401
-    except ImportError:
-        pass  # main_fn may not need TensorFlow; its own import error will say so
+    serves every fork of a spare. Keras's optional scikit-learn and matplotlib helpers
+    load at their first use (``deferred_imports``): a quarter of the import, which a task
+    process does not pay again either (tracing a step leaves them unloaded)."""
+    deferred_imports.import_keras()
     # Out of the cyclic collector from now on (they live as long as the process): its
     # collections during training skip them, and a spare's forks do not copy the pages
     # the collector would write to.

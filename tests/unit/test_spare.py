@@ -3,6 +3,7 @@
 Real processes and real TensorFlow imports; the Python worker is this test process.
 """
 
+import importlib.util
 import json
 import os
 import signal
@@ -41,7 +42,9 @@ def _describe(args, ctx):
     import os
     import sys
     return {"pid": os.getpid(), "ppid": os.getppid(), "cwd": os.getcwd(),
-            "tensorflow": "tensorflow" in sys.modules, "marker": os.environ.get("MARK")}
+            "tensorflow": "tensorflow" in sys.modules, "marker": os.environ.get("MARK"),
+            # Keras's optional helpers: deferred by the spare, not loaded by running a task
+            "helpers": [m for m in ("sklearn", "matplotlib.pyplot") if m in sys.modules]}
 
 
 def _run(proc, workdir: str, fn=_describe) -> dict:
@@ -81,6 +84,8 @@ def test_each_task_gets_a_fresh_fork_of_one_spare_that_has_imported_tensorflow()
     assert len({s["ppid"] for s in seen}) == 1, "all forked by the same spare"
     assert seen[0]["ppid"] in spares
     assert all(s["tensorflow"] and s["marker"] == "a" for s in seen)
+    assert importlib.util.find_spec("sklearn") and importlib.util.find_spec("matplotlib")
+    assert [s["helpers"] for s in seen] == [[], [], []]
 
 
 def test_a_spare_serves_one_environment_and_a_new_one_replaces_it():

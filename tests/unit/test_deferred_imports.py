@@ -1,0 +1,121 @@
+"""Keras's optional helpers (scikit-learn wrappers, matplotlib visualization) are loaded at
+their first use in sparktf's processes, and then work as if imported eagerly. Each case
+runs in a fresh interpreter: this one has imported Keras already."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+HELPERS = ("sklearn", "scipy.stats", "matplotlib.pyplot")
+
+
+def _python(code: str, *args: str) -> dict:
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_importing_keras_leaves_the_helpers_unloaded_through_a_traced_fit_and_pickling():
+    pytest.importorskip("sklearn")
+    pytest.importorskip("matplotlib")
+    found = _python("""
+        import inspect, json, sys, time
+        import cloudpickle
+        t = time.process_time()
+        if sys.argv[1] == "deferred":
+            from sparktf.runtime import deferred_imports
+            deferred_imports.import_keras()
+        else:
+            import keras, tensorflow
+        cpu = time.process_time() - t
+        import keras
+        import numpy as np
+        after_import = [m for m in %r if m in sys.modules]
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+        model.compile("sgd", "mse")
+        model.fit(np.ones((8, 3)), np.ones(8), verbose=0)  # traces a tf.function
+        inspect.getmodule(print)  # reads __file__ of every module
+        cloudpickle.dumps(lambda x: x + 1)
+        print(json.dumps({"cpu": cpu, "after_import": after_import,
+                          "after_fit": [m for m in %r if m in sys.modules]}))
+    """ % (HELPERS, HELPERS), "deferred")
+    print(f"\nimport keras + tensorflow with the helpers deferred: {found['cpu']:.2f} s of CPU")
+    assert found["after_import"] == [] and found["after_fit"] == []
+
+
+def test_the_deferred_helpers_work_at_their_first_use():
+    pytest.importorskip("sklearn")
+    pytest.importorskip("matplotlib")
+    found = _python("""
+        import json, sys
+        from sparktf.runtime import deferred_imports
+        deferred_imports.import_keras()
+        import keras
+        package = sys.modules["keras.src.visualization"]
+        deferred = type(package).__name__
+        # a submodule of a deferred package runs the package first, as Python does
+        import keras.src.visualization.draw_bounding_boxes  # noqa: F401
+        package_ran = type(package).__name__ == "module" and hasattr(package, "plot_image_gallery")
+        from keras.wrappers import SKLearnClassifier
+        import sklearn.base
+        try:
+            keras.wrappers.no_such_name
+            missing = "no error"
+        except AttributeError as e:
+            missing = str(e)
+        print(json.dumps({
+            "deferred": deferred, "package_ran": package_ran,
+            "sklearn_estimator": issubclass(SKLearnClassifier, sklearn.base.BaseEstimator),
+            "gallery": callable(keras.visualization.plot_image_gallery),
+            "loader": type(keras.wrappers.__loader__).__name__,
+            "dir": "SKLearnRegressor" in dir(keras.wrappers), "missing": missing}))
+    """)
+    assert found["deferred"] == "_DeferredModule"
+    assert found["package_ran"] and found["sklearn_estimator"] and found["gallery"]
+    assert found["loader"] == "SourceFileLoader" and found["dir"]
+    assert "no_such_name" in found["missing"]
+
+
+def test_a_deferred_module_runs_once_across_threads_and_again_after_a_failure(tmp_path):
+    (tmp_path / "helper.py").write_text(textwrap.dedent("""
+        import os, time
+        path = os.environ["RUNS"]
+        with open(path, "a") as f:
+            f.write("x")
+        runs = len(open(path).read())
+        time.sleep(0.2)  # the other threads ask meanwhile
+        if runs == 1:
+            raise RuntimeError("first run fails")
+        value = runs
+    """))
+    found = _python("""
+        import json, os, sys, threading
+        sys.path.insert(0, sys.argv[1])
+        os.environ["RUNS"] = os.path.join(sys.argv[1], "runs")
+        from sparktf.runtime import deferred_imports
+        deferred_imports.DEFERRED = frozenset({"helper"})
+        with deferred_imports.deferred():
+            import helper
+        ran_at_import = os.path.exists(os.environ["RUNS"])
+        try:
+            helper.value
+            first = "no error"
+        except RuntimeError as e:
+            first = str(e)
+        values = []
+        threads = [threading.Thread(target=lambda: values.append(helper.value))
+                   for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        print(json.dumps({"ran_at_import": ran_at_import, "first": first, "values": values,
+                          "runs": len(open(os.environ["RUNS"]).read())}))
+    """, str(tmp_path))
+    assert not found["ran_at_import"]
+    assert found["first"] == "first run fails"
+    assert found["values"] == [2, 2, 2, 2] and found["runs"] == 2
