@@ -19,8 +19,8 @@ $(STAMP): pyproject.toml setup.cfg Makefile constraints.txt
 	@# (as on our CI machines) each Spark Python worker and task process would otherwise
 	@# compile TensorFlow again on every import (12.7 s instead of 6 s for `import tensorflow`).
 	@# A file that does not compile (torch 2.13's py312-only test helpers, when the bench
-	@# extra is installed) only misses its bytecode: it must not fail the setup. pip itself
-	@# compiles on one core (--no-compile): both environments took 163 s, now 107 s.
+	@# extra is installed) only misses its bytecode: it must not fail the setup. pip's own
+	@# compile runs on one core, so it is off (--no-compile) and compileall writes it all.
 	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib > /dev/null || true
 	touch $(STAMP)
 
