@@ -19,42 +19,26 @@ def _python(code: str, *args: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def test_importing_keras_leaves_the_helpers_unloaded_through_a_traced_fit_and_pickling():
+def test_the_helpers_stay_unloaded_through_a_traced_fit_and_work_at_their_first_use():
     pytest.importorskip("sklearn")
     pytest.importorskip("matplotlib")
     found = _python("""
         import inspect, json, sys, time
         import cloudpickle
         t = time.process_time()
-        if sys.argv[1] == "deferred":
-            from sparktf.runtime import deferred_imports
-            deferred_imports.import_keras()
-        else:
-            import keras, tensorflow
+        from sparktf.runtime import deferred_imports
+        deferred_imports.import_keras()
         cpu = time.process_time() - t
         import keras
         import numpy as np
-        after_import = [m for m in %r if m in sys.modules]
+        helpers = %r
+        after_import = [m for m in helpers if m in sys.modules]
         model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
         model.compile("sgd", "mse")
         model.fit(np.ones((8, 3)), np.ones(8), verbose=0)  # traces a tf.function
         inspect.getmodule(print)  # reads __file__ of every module
         cloudpickle.dumps(lambda x: x + 1)
-        print(json.dumps({"cpu": cpu, "after_import": after_import,
-                          "after_fit": [m for m in %r if m in sys.modules]}))
-    """ % (HELPERS, HELPERS), "deferred")
-    print(f"\nimport keras + tensorflow with the helpers deferred: {found['cpu']:.2f} s of CPU")
-    assert found["after_import"] == [] and found["after_fit"] == []
-
-
-def test_the_deferred_helpers_work_at_their_first_use():
-    pytest.importorskip("sklearn")
-    pytest.importorskip("matplotlib")
-    found = _python("""
-        import json, sys
-        from sparktf.runtime import deferred_imports
-        deferred_imports.import_keras()
-        import keras
+        after_fit = [m for m in helpers if m in sys.modules]
         package = sys.modules["keras.src.visualization"]
         deferred = type(package).__name__
         # a submodule of a deferred package runs the package first, as Python does
@@ -68,12 +52,15 @@ def test_the_deferred_helpers_work_at_their_first_use():
         except AttributeError as e:
             missing = str(e)
         print(json.dumps({
+            "cpu": cpu, "after_import": after_import, "after_fit": after_fit,
             "deferred": deferred, "package_ran": package_ran,
             "sklearn_estimator": issubclass(SKLearnClassifier, sklearn.base.BaseEstimator),
             "gallery": callable(keras.visualization.plot_image_gallery),
             "loader": type(keras.wrappers.__loader__).__name__,
             "dir": "SKLearnRegressor" in dir(keras.wrappers), "missing": missing}))
-    """)
+    """ % (HELPERS,))
+    print(f"\nimport keras + tensorflow with the helpers deferred: {found['cpu']:.2f} s of CPU")
+    assert found["after_import"] == [] and found["after_fit"] == []
     assert found["deferred"] == "_DeferredModule"
     assert found["package_ran"] and found["sklearn_estimator"] and found["gallery"]
     assert found["loader"] == "SourceFileLoader" and found["dir"]
