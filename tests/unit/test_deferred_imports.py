@@ -39,11 +39,26 @@ def test_the_helpers_stay_unloaded_through_a_traced_fit_and_work_at_their_first_
         inspect.getmodule(print)  # reads __file__ of every module
         cloudpickle.dumps(lambda x: x + 1)
         after_fit = [m for m in helpers if m in sys.modules]
-        package = sys.modules["keras.src.visualization"]
-        deferred = type(package).__name__
-        # a submodule of a deferred package runs the package first, as Python does
-        import keras.src.visualization.draw_bounding_boxes  # noqa: F401
-        package_ran = type(package).__name__ == "module" and hasattr(package, "plot_image_gallery")
+        deferred = sorted(n for n, m in sys.modules.items()
+                          if type(m).__name__ == "_DeferredModule")
+        # pickled by reference, as modules are, and still not run
+        pickled = cloudpickle.loads(cloudpickle.dumps(lambda: keras.wrappers))() is \
+            keras.wrappers and type(keras.wrappers).__name__ == "_DeferredModule"
+        # a first use racing a direct import of a module that the first use imports too
+        import threading
+        out = {}
+        def first_use():
+            out["gallery"] = keras.visualization.plot_image_gallery
+        def direct():
+            import keras.src.visualization.plot_segmentation_mask_gallery  # noqa: F401
+            out["direct"] = True
+        threads = [threading.Thread(target=first_use, daemon=True),
+                   threading.Thread(target=direct, daemon=True)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        raced = sorted(out) if not any(t.is_alive() for t in threads) else "hung"
         from keras.wrappers import SKLearnClassifier
         import sklearn.base
         try:
@@ -53,7 +68,7 @@ def test_the_helpers_stay_unloaded_through_a_traced_fit_and_work_at_their_first_
             missing = str(e)
         print(json.dumps({
             "cpu": cpu, "after_import": after_import, "after_fit": after_fit,
-            "deferred": deferred, "package_ran": package_ran,
+            "deferred": deferred, "pickled": pickled, "raced": raced,
             "sklearn_estimator": issubclass(SKLearnClassifier, sklearn.base.BaseEstimator),
             "gallery": callable(keras.visualization.plot_image_gallery),
             "loader": type(keras.wrappers.__loader__).__name__,
@@ -61,8 +76,10 @@ def test_the_helpers_stay_unloaded_through_a_traced_fit_and_work_at_their_first_
     """ % (HELPERS,))
     print(f"\nimport keras + tensorflow with the helpers deferred: {found['cpu']:.2f} s of CPU")
     assert found["after_import"] == [] and found["after_fit"] == []
-    assert found["deferred"] == "_DeferredModule"
-    assert found["package_ran"] and found["sklearn_estimator"] and found["gallery"]
+    assert found["deferred"] == ["keras.src.visualization.plot_image_gallery",
+                                 "keras.visualization", "keras.wrappers"]
+    assert found["pickled"] and found["raced"] == ["direct", "gallery"]
+    assert found["sklearn_estimator"] and found["gallery"]
     assert found["loader"] == "SourceFileLoader" and found["dir"]
     assert "no_such_name" in found["missing"]
 
@@ -79,20 +96,23 @@ def test_a_deferred_module_runs_once_across_threads_and_again_after_a_failure(tm
             raise RuntimeError("first run fails")
         value = runs
     """))
+    (tmp_path / "broken.py").write_text("import numpy\nnumpy.float_\n")  # NumPy 2: gone
+    (tmp_path / "settable.py").write_text("value = 1\nother = 2\n")
+    (tmp_path / "reloadable.py").write_text("value = 1\n")
     found = _python("""
-        import json, os, sys, threading
+        import importlib, json, os, sys, threading
         sys.path.insert(0, sys.argv[1])
         os.environ["RUNS"] = os.path.join(sys.argv[1], "runs")
         from sparktf.runtime import deferred_imports
-        deferred_imports.DEFERRED = frozenset({"helper"})
+        deferred_imports.DEFERRED = frozenset({"helper", "broken", "settable", "reloadable"})
         with deferred_imports.deferred():
-            import helper
+            import helper, broken, settable, reloadable
         ran_at_import = os.path.exists(os.environ["RUNS"])
         try:
             helper.value
             first = "no error"
-        except RuntimeError as e:
-            first = str(e)
+        except ImportError as e:
+            first = f"{e} | cause: {e.__cause__!r}"
         values = []
         threads = [threading.Thread(target=lambda: values.append(helper.value))
                    for _ in range(4)]
@@ -100,9 +120,24 @@ def test_a_deferred_module_runs_once_across_threads_and_again_after_a_failure(tm
             t.start()
         for t in threads:
             t.join()
+        try:  # an AttributeError inside the module is not taken for a missing attribute
+            hasattr(broken, "anything")
+            broken_error = "no error"
+        except ImportError as e:
+            broken_error = f"{e} | cause: {type(e.__cause__).__name__}"
+        settable.value = 10  # runs the module first: the module's code does not undo it
+        reloaded = importlib.reload(reloadable)
         print(json.dumps({"ran_at_import": ran_at_import, "first": first, "values": values,
-                          "runs": len(open(os.environ["RUNS"]).read())}))
+                          "runs": len(open(os.environ["RUNS"]).read()),
+                          "broken": broken_error, "set": [settable.value, settable.other],
+                          "reloaded": [reloaded is reloadable, reloadable.value,
+                                       hasattr(reloadable, "nope"),
+                                       type(reloadable).__name__]}))
     """, str(tmp_path))
     assert not found["ran_at_import"]
-    assert found["first"] == "first run fails"
+    assert "helper (deferred by sparktf until its first use) failed to load: RuntimeError: " \
+           "first run fails" in found["first"] and "RuntimeError" in found["first"]
     assert found["values"] == [2, 2, 2, 2] and found["runs"] == 2
+    assert "broken (deferred" in found["broken"] and found["broken"].endswith("AttributeError")
+    assert found["set"] == [10, 2]
+    assert found["reloaded"] == [True, 1, False, "module"]  # run by reload, then plain
