@@ -4,10 +4,9 @@
 only to offer optional helpers: the scikit-learn wrappers (``keras.wrappers``, which
 import scikit-learn and SciPy's stats) and the visualization functions
 (``keras.visualization`` and ``keras.src.visualization.plot_image_gallery``, which import
-matplotlib's pyplot). Where those packages are
-installed, as in most data-science environments, they are a quarter of the import: 1.7 s
-of CPU of 6.7 s on this project's test machine, paid by every spare and every scoring
-worker.
+matplotlib's pyplot). Where those packages are installed, as in most data-science
+environments, they are about a quarter of the import (7.6 s of CPU with them, 5.3 s
+without, on this project's test machine), paid by every spare and every scoring worker.
 
 Inside ``deferred()`` those modules are created at once and run at the first access to
 an attribute they do not have yet (or at an assignment to one), so ``from keras.wrappers
@@ -54,25 +53,24 @@ class _DeferredModule(types.ModuleType):
     a partially initialized module, as with any import."""
 
     def __getattr__(self, name: str):
-        if _loading.get(id(self)) == threading.get_ident():
+        if _running_here(self):
             raise AttributeError(f"partially initialized module {self.__name__!r} has no "
                                  f"attribute {name!r}")
         _load(self)
         return getattr(self, name)
 
     def __setattr__(self, name: str, value) -> None:
-        if not (name.startswith("__") and name.endswith("__")) and \
-                _loading.get(id(self)) != threading.get_ident():
+        if not (name.startswith("__") and name.endswith("__")) and not _running_here(self):
             _load(self)  # a value set now must not be replaced by the module's code later
         types.ModuleType.__setattr__(self, name, value)  # (the class may have changed)
 
     def __delattr__(self, name: str) -> None:
-        if _loading.get(id(self)) != threading.get_ident():
+        if not _running_here(self):
             _load(self)
         types.ModuleType.__delattr__(self, name)
 
     def __dir__(self):
-        if _loading.get(id(self)) == threading.get_ident():
+        if _running_here(self):
             return list(self.__dict__)
         _load(self)
         return dir(self)
@@ -82,6 +80,11 @@ class _DeferredModule(types.ModuleType):
 
 
 _loading: dict[int, int] = {}  # id of a module running now -> the thread running it
+
+
+def _running_here(module: types.ModuleType) -> bool:
+    """Whether this thread is running ``module``'s code now (its own lookups, in ``_load``)."""
+    return _loading.get(id(module)) == threading.get_ident()
 
 
 def _load(module: types.ModuleType) -> None:
@@ -99,15 +102,13 @@ def _load(module: types.ModuleType) -> None:
         _loading[id(module)] = threading.get_ident()
         try:
             deferring.loader.exec_module(module)
-        except Exception as e:  # tried again at the next access
+        except BaseException as e:  # tried again at the next access
             object.__setattr__(module, "__loader__", deferring)
             spec.loader = deferring
+            if not isinstance(e, Exception):
+                raise  # KeyboardInterrupt, SystemExit: as they are
             raise ImportError(f"{name} (deferred by sparktf until its first use) failed to "
                               f"load: {type(e).__name__}: {e}", name=name) from e
-        except BaseException:
-            object.__setattr__(module, "__loader__", deferring)
-            spec.loader = deferring
-            raise
         finally:
             del _loading[id(module)]
             spec._initializing = False

@@ -271,7 +271,7 @@ def start_tensorflow() -> dict[str, str] | None:
                 "TF_NUM_INTRAOP_THREADS": str(max(1, context.cpus())) if context else "1"}
     settings.update({k: v for k, v in defaults.items() if k not in os.environ})
     with environment(settings):
-        deferred_imports.import_keras()  # 1.7 s of CPU less, where scikit-learn is installed
+        deferred_imports.import_keras()  # ~2 s of CPU less where sklearn, matplotlib are
         import tensorflow as tf
         tf.config.list_physical_devices()  # CUDA reads CUDA_VISIBLE_DEVICES here
         tf.constant(0)  # the eager context: devices, memory growth, thread pools
