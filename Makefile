@@ -44,16 +44,12 @@ demo: java-check $(STAMP)
 	$(BIN)/python -m examples.demo
 
 # The two environments are built at once (a pip install runs on one core).
+# The generated cases and the lowest versions' run (the unit tests and one fit, in their
+# own environment) are pytests of their own, run as jobs beside the in-process tests
+# (tests/integration/test_separate_runs.py); either failing fails make test.
 test: java-check environments lint
-	$(BIN)/python -m pytest --durations=30 --ignore=tests/generated tests
-	@# The lowest versions' run (unit tests and one fit, in its own environment) goes beside
-	@# the generated cases; its output follows theirs. Either failing fails make test.
-	@$(MAKE) --no-print-directory test-lowest > .test-lowest.log 2>&1 & lowest=$$!; \
-		$(BIN)/python -m pytest --durations=5 tests/generated; generated=$$?; \
-		wait $$lowest; status=$$?; \
-		echo "== make test-lowest (run beside the generated cases):"; cat .test-lowest.log; \
-		rm -f .test-lowest.log; \
-		test $$generated -eq 0 -a $$status -eq 0
+	SPARKTF_LOWEST_RUN="$(LOWEST_RUN)" $(BIN)/python -m pytest --durations=30 \
+		--ignore=tests/generated tests
 
 # The generated cases (Hypothesis) with the large budget: 1,000 column frames through the
 # runtime in one process (and 200 with a null), then 200 fits against Keras and 100 frames
@@ -70,9 +66,11 @@ lint: $(STAMP)
 # The unit tests and one fit + transform at the lowest declared versions. The process
 # lifecycle tests of spares and task watchdogs (a minute of forks and TensorFlow imports,
 # the same at any version) run in `make test` only: the smoke fit forks from spares here.
+LOWEST_RUN := $(LOWEST)/bin/python -m pytest -p no:cacheprovider tests/unit \
+	tests/integration/test_smoke.py --deselect tests/unit/test_spare.py \
+	--deselect tests/unit/test_task_watchdog.py
 test-lowest: java-check $(LOWEST_STAMP)
-	$(LOWEST)/bin/python -m pytest -p no:cacheprovider tests/unit tests/integration/test_smoke.py \
-		--deselect tests/unit/test_spare.py --deselect tests/unit/test_task_watchdog.py
+	$(LOWEST_RUN)
 
 # A Spark standalone cluster (a master and 3 workers from the installed pyspark) and
 # applications submitted to it with spark-submit; part of `make test` too.
@@ -84,7 +82,6 @@ unit: $(STAMP)
 
 integration: java-check $(STAMP)
 	$(BIN)/python -m pytest tests/integration
-	$(BIN)/python -m pytest tests/generated
 
 bench: java-check $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[bench]"

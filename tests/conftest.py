@@ -190,7 +190,10 @@ class Job:
     process has ended, running it here if no one has started it yet.
     Set SPARKTF_TEST_BACKGROUND=0 to run every job in the test that needs it.
 
+    ``script``: a Python file under the project root, run by this interpreter; or a whole
+    command (a list), such as another pytest run, run as it is in the project root.
     ``argv`` after the script: strings, and ``Job.WORKDIR`` for a fresh folder.
+    ``summary_lines``: the last lines of its output to show at the end of the test run.
     ``terminal``: the process runs on a pseudo-terminal of 40 x 120 (stdout and stderr
     both on it; ``stdout`` is what was drawn).
     """
@@ -198,9 +201,10 @@ class Job:
     WORKDIR = object()
     declared: list["Job"] = []
 
-    def __init__(self, name: str, script: str, *argv, expected_s: float,
-                 terminal: bool = False, timeout_s: float = 850):
+    def __init__(self, name: str, script: str | list[str], *argv, expected_s: float,
+                 terminal: bool = False, timeout_s: float = 850, summary_lines: int = 0):
         self.name, self.script, self.argv = name, script, argv
+        self.summary_lines = summary_lines
         self.expected_s, self.terminal, self.timeout_s = expected_s, terminal, timeout_s
         self._lock = threading.Lock()
         self._state = "new"  # -> "running" -> "done"
@@ -244,11 +248,14 @@ class Job:
             args.append(arg)
         env = {k: v for k, v in os.environ.items() if k != "PYSPARK_PYTHON"}
         env.update(PYTHONPATH=ROOT, **{RUN_TAG: uuid.uuid4().hex})  # its own processes
-        command = [sys.executable, os.path.join(ROOT, self.script), *args]
+        if isinstance(self.script, list):
+            command = [*self.script, *args]
+        else:
+            command = [sys.executable, os.path.join(ROOT, self.script), *args]
         if self.terminal:
             return self._on_terminal(command, env)
         self._proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True, env=env, start_new_session=True)
+                                      text=True, env=env, start_new_session=True, cwd=ROOT)
         try:
             stdout, stderr = self._proc.communicate(timeout=self.timeout_s)
         except subprocess.TimeoutExpired:
@@ -359,6 +366,12 @@ def pytest_terminal_summary(terminalreporter):
         write("")
         write("Jobs run beside the in-process tests (their own driver processes): "
               + ", ".join(f"{job.name} {job.seconds:.0f} s" for job in ran))
+    for job in ran:
+        if job.summary_lines and job._finished is not None:
+            write("")
+            write(f"== {job.name} (exit {job._finished.returncode}), the end of its output:")
+            for line in job._finished.stdout.splitlines()[-job.summary_lines:]:
+                write(line)
     if DATA_KINDS:
         write("")
         write("Data kinds: TFEstimator.fit + transform / SQL vs keras Model.fit + predict on "

@@ -14,7 +14,7 @@ from tests.integration import data
 SCENARIOS = ["ps_regression", "run_ps", "evaluator_ps0", "evaluator_ps1", "ps_parquet",
              "task_cpus", "ps_kinds"]
 JOB = conftest.Job("async", "tests/integration/scripts/async_jobs.py", conftest.Job.WORKDIR,
-                   *SCENARIOS, expected_s=95)
+                   *SCENARIOS, expected_s=280)
 
 pytestmark = pytest.mark.timeout(900)
 

@@ -12,7 +12,7 @@ from tests import conftest
 SCENARIOS = ["fit_transform", "kinds", "run_with_df", "bad_input", "pipeline_persistence",
              "cross_validator", "train_validation_split", "streaming"]
 JOB = conftest.Job("connect", "tests/integration/scripts/connect_jobs.py",
-                   conftest.Job.WORKDIR, *SCENARIOS, expected_s=110)
+                   conftest.Job.WORKDIR, *SCENARIOS, expected_s=175)
 
 pytestmark = pytest.mark.timeout(900)
 

@@ -11,7 +11,7 @@ from tests import conftest
 NOTEBOOKS = os.path.join(os.path.dirname(__file__), "..", "..", "notebooks")
 NAMES = sorted(n for n in os.listdir(NOTEBOOKS) if n.endswith(".ipynb"))
 JOBS = {name: conftest.Job(f"notebook {name}", "tests/integration/scripts/notebook_job.py",
-                           os.path.join(NOTEBOOKS, name), conftest.Job.WORKDIR, expected_s=72)
+                           os.path.join(NOTEBOOKS, name), conftest.Job.WORKDIR, expected_s=140)
         for name in NAMES}
 
 pytestmark = pytest.mark.timeout(900)

@@ -3,212 +3,46 @@ its own started from the installed pyspark (``bin/spark-class``), and applicatio
 submitted with ``spark-submit --master spark://...`` (``scripts/cluster_app.py``), as the
 README's "Running on a real cluster" does it.
 
-Run alone with ``make test-cluster``. The cluster is started by the module's fixture and
-stopped at its end; nothing it started is left running.
+The cluster and its applications are one job (``scripts/standalone_job.py``), run beside
+the in-process tests; these tests check what it found. Run alone with
+``make test-cluster``. The cluster is stopped at the job's end; nothing it started is
+left running.
 """
 
-import json
-import os
-import queue
 import re
-import signal
-import socket
 import subprocess
-import sys
-import threading
-import time
 
 import pytest
 
 from tests import conftest
 
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
-APP = os.path.join(conftest.ROOT, "tests", "integration", "scripts", "cluster_app.py")
-WORKERS = 3
-# the applications that need 2 task slots take 2 of the 3 workers' cores (fewer executors
-# importing TensorFlow on 2 machine cores); the worker-loss application takes all 3
-TWO_SLOTS = ("--conf", "spark.cores.max=2")
-START_TIMEOUT_S = 90
-
-
-def spark_home() -> str:
-    import pyspark
-    return os.path.dirname(pyspark.__file__)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Daemon:
-    """A long-running JVM (master, worker, Connect server): its output goes to a log file,
-    and ``wait_for`` blocks until a line matches (a blocking queue read with a deadline)."""
-
-    def __init__(self, name: str, command: list[str], env: dict, log_dir: str):
-        self.name, self.log_path = name, os.path.join(log_dir, f"{name}.log")
-        self._lines: queue.Queue = queue.Queue()
-        self.proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True,
-                                     start_new_session=True)
-        threading.Thread(target=self._pump, name=f"sparktf-test-{name}", daemon=True).start()
-
-    def _pump(self):
-        with open(self.log_path, "w") as log:
-            for line in self.proc.stdout:
-                log.write(line)
-                log.flush()
-                self._lines.put(line)
-        self._lines.put(None)
-
-    def wait_for(self, pattern: str, timeout: float = START_TIMEOUT_S) -> re.Match:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                line = None
-            if line is None:
-                with open(self.log_path) as f:
-                    tail = f.read()[-3000:]
-                raise AssertionError(f"{self.name}: no line matching {pattern!r} "
-                                     f"(exited: {self.proc.poll()}); its log ends:\n{tail}")
-            found = re.search(pattern, line)
-            if found:
-                return found
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
-class Cluster:
-    """The standalone cluster of this module, and how to submit applications to it."""
-
-    def __init__(self, workdir: str):
-        self.workdir = workdir
-        self.env = {**os.environ, "SPARK_HOME": spark_home(), "SPARK_LOCAL_IP": "127.0.0.1",
-                    "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": conftest.ROOT}
-        self.port = free_port()
-        self.url = f"spark://127.0.0.1:{self.port}"
-        self.daemons: list[Daemon] = []
-
-    def spark_class(self, name: str, *args: str) -> Daemon:
-        command = [os.path.join(spark_home(), "bin", "spark-class"), *args]
-        daemon = Daemon(name, command, self.env, self.workdir)
-        self.daemons.append(daemon)
-        return daemon
-
-    def start(self) -> None:
-        master = self.spark_class("master", "org.apache.spark.deploy.master.Master",
-                                  "--host", "127.0.0.1", "--port", str(self.port),
-                                  "--webui-port", str(free_port()))
-        master.wait_for(r"I have been elected leader")
-        workers = [self.spark_class(f"worker-{i}", "org.apache.spark.deploy.worker.Worker",
-                                    self.url, "--cores", "1", "--memory", "1g",
-                                    "--host", "127.0.0.1", "--webui-port", str(free_port()),
-                                    "--work-dir", os.path.join(self.workdir, f"work-{i}"))
-                   for i in range(WORKERS)]
-        for worker in workers:
-            worker.wait_for(r"Successfully registered with master")
-
-    def submit(self, scenario: str, *conf: str, timeout: float = 420) -> dict:
-        """Runs ``cluster_app.py SCENARIO`` as an application of its own; its RESULT lines
-        by name."""
-        command = [os.path.join(spark_home(), "bin", "spark-submit"), "--master", self.url,
-                   "--conf", "spark.executor.memory=1g", "--conf", "spark.driver.memory=1g",
-                   "--conf", "spark.ui.enabled=false", *conf,
-                   APP, scenario, self.workdir]
-        return self._run(scenario, command, timeout)
-
-    def submit_and_kill(self, scenario: str, when: str, *conf: str) -> re.Match:
-        """Submits ``scenario`` and kills its driver (spark-submit's JVM and the Python
-        driver under it: the whole process group) with SIGKILL when its output matches
-        ``when``; the matching line."""
-        command = [os.path.join(spark_home(), "bin", "spark-submit"), "--master", self.url,
-                   "--conf", "spark.executor.memory=1g", "--conf", "spark.driver.memory=1g",
-                   "--conf", "spark.ui.enabled=false", *conf, APP, scenario, self.workdir]
-        app = Daemon(f"app-{scenario}", command, self.env, self.workdir)
-        try:
-            return app.wait_for(when, timeout=420)
-        finally:
-            os.killpg(app.proc.pid, signal.SIGKILL)
-            app.proc.wait()
-
-    def client(self, scenario: str, *args: str, timeout: float = 420) -> dict:
-        return self._run(scenario, [sys.executable, APP, scenario, self.workdir, *args],
-                         timeout)
-
-    def _run(self, scenario: str, command: list[str], timeout: float) -> dict:
-        done = subprocess.run(command, env=self.env, capture_output=True, text=True,
-                              timeout=timeout)
-        with open(os.path.join(self.workdir, f"app-{scenario}.log"), "w") as f:
-            f.write(done.stdout + done.stderr)
-        found = dict(line.split(" ", 2)[1:] for line in done.stdout.splitlines()
-                     if line.startswith("RESULT "))
-        assert done.returncode == 0 and found, (
-            f"{scenario} failed ({done.returncode}):\n{done.stdout[-3000:]}\n"
-            f"{done.stderr[-6000:]}")
-        return {name: json.loads(value) for name, value in found.items()}
-
-    def stop(self) -> None:
-        for daemon in reversed(self.daemons):
-            daemon.stop()
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
+WORKERS = 3  # scripts/standalone_job.py
+JOB = conftest.Job("standalone", "tests/integration/scripts/standalone_job.py",
+                   conftest.Job.WORKDIR, expected_s=280)
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    before = set(conftest.own_pids())
-    found = Cluster(str(tmp_path_factory.mktemp("standalone")))
-    try:
-        found.start()
-        yield found
-    finally:
-        found.stop()
-        # every JVM, Python worker and task process the cluster started ends with it
-        left = [pid for pid in set(conftest.own_pids()) - before if pid != os.getpid()]
-        assert conftest.wait_gone(left, 60) == [], f"processes left running: {left}"
+def found():
+    found = JOB.finished().results()
+    assert found["left"] == [], f"processes the cluster started are left running: {found['left']}"
+    return found
 
 
-@pytest.fixture(scope="module")
-def first_app(cluster):
-    """The first application: a pipeline fitted and saved, then two fits at once."""
-    return cluster.submit("first", *TWO_SLOTS)
+def scenario(found: dict, name: str) -> dict:
+    """One scenario's findings; its error (with the application's output) if it failed."""
+    result = found[name]
+    assert "error" not in result, f"{name}:\n{result['error']}"
+    return result
 
 
-@pytest.fixture(scope="module")
-def second_app(cluster, first_app):
-    """The second application: a Spark Connect server in front of the cluster
-    (``spark-submit`` of its server class), and a client that scores the first
-    application's saved pipeline, then fits and scores through it. One application for
-    both, as each start costs the executors' TensorFlow import."""
-    port = free_port()
-    server = cluster.spark_class(
-        "connect-server", "org.apache.spark.deploy.SparkSubmit",
-        "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
-        "--master", cluster.url, "--conf", f"spark.connect.grpc.binding.port={port}",
-        "--conf", "spark.executor.memory=1g", "--conf", "spark.ui.enabled=false", *TWO_SLOTS,
-        "--name", "sparktf-connect-server")
-    server.wait_for(r"Spark Connect server started")
-    try:
-        return cluster.client("second", f"sc://127.0.0.1:{port}")
-    finally:
-        server.stop()
-
-
-def test_a_pipeline_fitted_in_one_application_scores_identically_in_another(
-        cluster, first_app, second_app):
+def test_a_pipeline_fitted_in_one_application_scores_identically_in_another(found):
+    first_app, second_app = scenario(found, "first"), scenario(found, "second")
     saved = first_app["pipeline_save"]
     print(f"\nfirst application on {saved['master']} ({saved['executors']} executors): "
           f"loss per epoch {saved['history']['loss']}")
     print("modelDir holds: " + ", ".join(saved["model_dir"]))
-    assert saved["master"] == cluster.url and saved["executors"] == 2
+    assert saved["master"] == found["cluster"]["url"] and saved["executors"] == 2
     assert len(saved["history"]["loss"]) == 3 and saved["history"]["accuracy"][-1] > 0.8
     assert any("checkpoint" in f for f in saved["model_dir"]), saved["model_dir"]
     assert any(f.endswith("saved_model.pb") for f in saved["model_dir"]), saved["model_dir"]
@@ -226,8 +60,8 @@ def _max_rel_diff(a: dict, b: dict) -> float:
     return worst
 
 
-def test_two_fits_at_once_in_one_application_equal_the_same_fits_in_turn(first_app):
-    found = first_app["concurrent"]
+def test_two_fits_at_once_in_one_application_equal_the_same_fits_in_turn(found):
+    found = scenario(found, "first")["concurrent"]
     diffs = [_max_rel_diff(t, s) for t, s in zip(found["threads"], found["sequential"])]
     cv_diff = max(abs(a - b) for a, b in zip(found["cv_parallel"], found["cv_sequential"]))
     print(f"\ntwo threads vs in turn, max relative difference per fit: {diffs}; "
@@ -250,8 +84,8 @@ def test_two_fits_at_once_in_one_application_equal_the_same_fits_in_turn(first_a
     assert len({line.split(":")[1] for line in found["cv_lines"]}) == 5, found["cv_lines"]
 
 
-def test_spark_connect_in_front_of_the_cluster_fits_and_scores(second_app):
-    found = second_app["connect"]
+def test_spark_connect_in_front_of_the_cluster_fits_and_scores(found):
+    found = scenario(found, "second")["connect"]
     print(f"\nthrough Spark Connect: loss per epoch {found['history']['loss']}, "
           f"accuracy {found['accuracy']:.3f}")
     assert len(found["history"]["loss"]) == 2 and found["rows"] == 450
@@ -264,15 +98,15 @@ def _equal_to_keras(history: dict, keras_history: dict) -> float:
     return _max_rel_diff(history, keras_history)
 
 
-def test_a_driver_killed_mid_run_and_submitted_again_resumes_the_run(cluster):
+def test_a_driver_killed_mid_run_and_submitted_again_resumes_the_run(found):
     """spark-submit of a 4-epoch run (runId) killed with SIGKILL after epoch 2; the same
     application submitted again trains epochs 3-4 only, and ends where Keras's
     uninterrupted fit does. Its ModelCheckpoint(save_best_only) and CSVLogger(append)
     were written once, by the chief, across both drivers."""
-    killed = cluster.submit_and_kill("driver_killed", r"^KILL-ME (.*)", *TWO_SLOTS)
+    result = scenario(found, "driver_killed")
     assert [re.search(r"epoch (\d)/4", line).group(1)
-            for line in json.loads(killed.group(1))] == ["1", "2"]
-    found = cluster.submit("driver_resumed", *TWO_SLOTS)["driver_resumed"]
+            for line in result["killed_lines"]] == ["1", "2"]
+    found = result["driver_resumed"]
     epochs = [re.search(r"epoch (\d)/4", line).group(1) for line in found["epoch_lines"]]
     history_diff = _equal_to_keras(found["history"], found["keras_history"])
     print(f"\nkilled after epoch 2; the second driver trained epochs {epochs}; history vs "
@@ -290,13 +124,11 @@ def test_a_driver_killed_mid_run_and_submitted_again_resumes_the_run(cluster):
     assert {"run.json", "result.json"} <= set(found["run_files"]), found["run_files"]
 
 
-def test_a_worker_machine_lost_for_good_and_the_fit_goes_on_with_fewer_workers(cluster):
+def test_a_worker_machine_lost_for_good_and_the_fit_goes_on_with_fewer_workers(found):
     """3 workers, minWorkers=1, full batch: a worker machine dies when epoch 2 begins; the
     relaunch takes the 2 slots left, from the checkpoint of epoch 1, and the history and
     weights equal Keras's uninterrupted fit."""
-    # a relaunch waits 5 s (not 60) for the lost machine's executor to be replaced
-    found = cluster.submit("worker_lost", "--conf", "spark.sparktf.relaunchWait=5")[
-        "worker_lost"]
+    found = scenario(found, "worker_lost")["worker_lost"]
     diff = _equal_to_keras(found["history"], found["keras_history"])
     print(f"\nkilled worker JVM {found['killed']['worker']} and its executor "
           f"{found['killed']['executor']} when epoch 2 began; the driver said:\n  "

@@ -1,0 +1,230 @@
+"""Driver for test_standalone_cluster.py: a Spark standalone cluster (a master and three
+workers, each a JVM of its own started from the installed pyspark with ``bin/spark-class``)
+and the applications submitted to it with ``spark-submit --master spark://...``
+(``cluster_app.py``), as the README's "Running on a real cluster" does it.
+
+A job of its own (tests/conftest.py: Job), so that its applications run beside the
+in-process tests. Each scenario's findings go to stdout as one ``RESULT name {json}``
+line; a scenario that failed gives ``{"error": ...}`` and the others still run. The
+cluster is stopped at the end, and ``RESULT left [...]`` lists the processes it started
+that outlived it (none, when all is well).
+
+    python tests/integration/scripts/standalone_job.py WORKDIR
+"""
+
+import json
+import os
+import queue
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+
+from tests import conftest
+
+APP = os.path.join(conftest.ROOT, "tests", "integration", "scripts", "cluster_app.py")
+WORKERS = 3
+# the applications that need 2 task slots take 2 of the 3 workers' cores (fewer executors
+# importing TensorFlow on 2 machine cores); the worker-loss application takes all 3
+TWO_SLOTS = ("--conf", "spark.cores.max=2")
+START_TIMEOUT_S = 90
+
+
+def emit(name, value):
+    print(f"\nRESULT {name} {json.dumps(value)}", flush=True)
+
+
+def spark_home() -> str:
+    import pyspark
+    return os.path.dirname(pyspark.__file__)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Daemon:
+    """A long-running JVM (master, worker, Connect server): its output goes to a log file,
+    and ``wait_for`` blocks until a line matches (a blocking queue read with a deadline)."""
+
+    def __init__(self, name: str, command: list[str], env: dict, log_dir: str):
+        self.name, self.log_path = name, os.path.join(log_dir, f"{name}.log")
+        self._lines: queue.Queue = queue.Queue()
+        self.proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True,
+                                     start_new_session=True)
+        threading.Thread(target=self._pump, name=f"sparktf-test-{name}", daemon=True).start()
+
+    def _pump(self):
+        with open(self.log_path, "w") as log:
+            for line in self.proc.stdout:
+                log.write(line)
+                log.flush()
+                self._lines.put(line)
+        self._lines.put(None)
+
+    def wait_for(self, pattern: str, timeout: float = START_TIMEOUT_S) -> re.Match:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                line = None
+            if line is None:
+                with open(self.log_path) as f:
+                    tail = f.read()[-3000:]
+                raise AssertionError(f"{self.name}: no line matching {pattern!r} "
+                                     f"(exited: {self.proc.poll()}); its log ends:\n{tail}")
+            found = re.search(pattern, line)
+            if found:
+                return found
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+class Cluster:
+    """The standalone cluster of this module, and how to submit applications to it."""
+
+    def __init__(self, workdir: str):
+        self.workdir = workdir
+        self.env = {**os.environ, "SPARK_HOME": spark_home(), "SPARK_LOCAL_IP": "127.0.0.1",
+                    "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": conftest.ROOT}
+        self.port = free_port()
+        self.url = f"spark://127.0.0.1:{self.port}"
+        self.daemons: list[Daemon] = []
+
+    def spark_class(self, name: str, *args: str) -> Daemon:
+        command = [os.path.join(spark_home(), "bin", "spark-class"), *args]
+        daemon = Daemon(name, command, self.env, self.workdir)
+        self.daemons.append(daemon)
+        return daemon
+
+    def start(self) -> None:
+        master = self.spark_class("master", "org.apache.spark.deploy.master.Master",
+                                  "--host", "127.0.0.1", "--port", str(self.port),
+                                  "--webui-port", str(free_port()))
+        master.wait_for(r"I have been elected leader")
+        workers = [self.spark_class(f"worker-{i}", "org.apache.spark.deploy.worker.Worker",
+                                    self.url, "--cores", "1", "--memory", "1g",
+                                    "--host", "127.0.0.1", "--webui-port", str(free_port()),
+                                    "--work-dir", os.path.join(self.workdir, f"work-{i}"))
+                   for i in range(WORKERS)]
+        for worker in workers:
+            worker.wait_for(r"Successfully registered with master")
+
+    def submit(self, scenario: str, *conf: str, timeout: float = 420) -> dict:
+        """Runs ``cluster_app.py SCENARIO`` as an application of its own; its RESULT lines
+        by name."""
+        command = [os.path.join(spark_home(), "bin", "spark-submit"), "--master", self.url,
+                   "--conf", "spark.executor.memory=1g", "--conf", "spark.driver.memory=1g",
+                   "--conf", "spark.ui.enabled=false", *conf,
+                   APP, scenario, self.workdir]
+        return self._run(scenario, command, timeout)
+
+    def submit_and_kill(self, scenario: str, when: str, *conf: str) -> re.Match:
+        """Submits ``scenario`` and kills its driver (spark-submit's JVM and the Python
+        driver under it: the whole process group) with SIGKILL when its output matches
+        ``when``; the matching line."""
+        command = [os.path.join(spark_home(), "bin", "spark-submit"), "--master", self.url,
+                   "--conf", "spark.executor.memory=1g", "--conf", "spark.driver.memory=1g",
+                   "--conf", "spark.ui.enabled=false", *conf, APP, scenario, self.workdir]
+        app = Daemon(f"app-{scenario}", command, self.env, self.workdir)
+        try:
+            return app.wait_for(when, timeout=420)
+        finally:
+            os.killpg(app.proc.pid, signal.SIGKILL)
+            app.proc.wait()
+
+    def client(self, scenario: str, *args: str, timeout: float = 420) -> dict:
+        return self._run(scenario, [sys.executable, APP, scenario, self.workdir, *args],
+                         timeout)
+
+    def _run(self, scenario: str, command: list[str], timeout: float) -> dict:
+        done = subprocess.run(command, env=self.env, capture_output=True, text=True,
+                              timeout=timeout)
+        with open(os.path.join(self.workdir, f"app-{scenario}.log"), "w") as f:
+            f.write(done.stdout + done.stderr)
+        found = dict(line.split(" ", 2)[1:] for line in done.stdout.splitlines()
+                     if line.startswith("RESULT "))
+        if done.returncode != 0 or not found:
+            raise RuntimeError(f"{scenario} failed ({done.returncode}):\n{done.stdout[-3000:]}\n"
+                               f"{done.stderr[-6000:]}")
+        return {name: json.loads(value) for name, value in found.items()}
+
+    def stop(self) -> None:
+        for daemon in reversed(self.daemons):
+            daemon.stop()
+
+
+
+def second(cluster: Cluster) -> dict:
+    """The second application: a Spark Connect server in front of the cluster
+    (``spark-submit`` of its server class), and a client that scores the first
+    application's saved pipeline, then fits and scores through it. One application for
+    both, as each start costs the executors' TensorFlow import."""
+    port = free_port()
+    server = cluster.spark_class(
+        "connect-server", "org.apache.spark.deploy.SparkSubmit",
+        "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
+        "--master", cluster.url, "--conf", f"spark.connect.grpc.binding.port={port}",
+        "--conf", "spark.executor.memory=1g", "--conf", "spark.ui.enabled=false", *TWO_SLOTS,
+        "--name", "sparktf-connect-server")
+    server.wait_for(r"Spark Connect server started")
+    try:
+        return cluster.client("second", f"sc://127.0.0.1:{port}")
+    finally:
+        server.stop()
+
+
+def driver_killed_and_resumed(cluster: Cluster) -> dict:
+    """A 4-epoch run (runId) whose driver is killed with SIGKILL after epoch 2, then the
+    same application submitted again."""
+    killed = cluster.submit_and_kill("driver_killed", r"^KILL-ME (.*)", *TWO_SLOTS)
+    return {"killed_lines": json.loads(killed.group(1)),
+            **cluster.submit("driver_resumed", *TWO_SLOTS)}
+
+
+SCENARIOS = {
+    # a pipeline fitted and saved, then two fits at once (pipeline_save, concurrent)
+    "first": lambda cluster: cluster.submit("first", *TWO_SLOTS),
+    "second": second,  # needs the first's saved pipeline
+    "driver_killed": driver_killed_and_resumed,
+    # a relaunch waits 5 s (not 60) for the lost machine's executor to be replaced
+    "worker_lost": lambda cluster: cluster.submit(
+        "worker_lost", "--conf", "spark.sparktf.relaunchWait=5"),
+}
+
+
+def main(workdir: str) -> None:
+    before = set(conftest.own_pids())
+    cluster = Cluster(workdir)
+    try:
+        cluster.start()
+        emit("cluster", {"url": cluster.url})
+        for name, scenario in SCENARIOS.items():
+            try:
+                emit(name, scenario(cluster))
+            except BaseException:  # noqa: BLE001 - reported to its test; the others go on
+                emit(name, {"error": traceback.format_exc()[-8000:]})
+    finally:
+        cluster.stop()
+        # every JVM, Python worker and task process the cluster started ends with it
+        left = [pid for pid in set(conftest.own_pids()) - before if pid != os.getpid()]
+        emit("left", conftest.wait_gone(left, 60))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
