@@ -12,6 +12,8 @@ import threading
 import time
 import uuid
 
+import pytest
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 
 # Every JVM the tests start reads tests/spark-conf/spark-defaults.conf (why: that file).
@@ -83,10 +85,10 @@ def pids_with(marker: str) -> list[int]:
     return [pid for pid in own_pids() if marker.encode() in _read(f"/proc/{pid}/cmdline")]
 
 
-def own_pids() -> list[int]:
+def own_pids(run: str | None = None) -> list[int]:
     """PIDs of the processes started by this test run (or job), wherever they were
-    reparented: those whose environment carries this run's ``RUN_TAG``."""
-    tag = f"{RUN_TAG}={os.environ[RUN_TAG]}".encode()
+    reparented: those whose environment carries this run's ``RUN_TAG`` (or ``run``)."""
+    tag = f"{RUN_TAG}={run or os.environ[RUN_TAG]}".encode()
     return [int(entry) for entry in os.listdir("/proc")
             if entry.isdigit() and tag in _read(f"/proc/{entry}/environ").split(b"\0")]
 
@@ -212,6 +214,7 @@ class Job:
         self._finished: Finished | None = None
         self._proc: subprocess.Popen | None = None
         self._workdirs: list[str] = []
+        self._tag = uuid.uuid4().hex  # the RUN_TAG of every process the job starts
         Job.declared.append(self)
 
     def claim(self) -> bool:
@@ -247,7 +250,7 @@ class Job:
                 arg = self._workdirs[-1]
             args.append(arg)
         env = {k: v for k, v in os.environ.items() if k != "PYSPARK_PYTHON"}
-        env.update(PYTHONPATH=ROOT, **{RUN_TAG: uuid.uuid4().hex})  # its own processes
+        env.update(PYTHONPATH=ROOT, **{RUN_TAG: self._tag})  # its own processes
         if isinstance(self.script, list):
             command = [*self.script, *args]
         else:
@@ -296,10 +299,18 @@ class Job:
         return Finished(self._proc.wait(), b"".join(chunks).decode(errors="replace"), "")
 
     def stop(self) -> None:
-        """Ends the job's process and everything it started (its own process group)."""
-        if self._proc is not None and self._proc.poll() is None:
+        """Ends the job's process and everything it started: its process group, and the
+        processes that left it (a daemon in a session of its own) by their ``RUN_TAG``."""
+        if self._proc is None:
+            return
+        if self._proc.poll() is None:
             try:
                 os.killpg(self._proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for pid in own_pids(self._tag):
+            try:
+                os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
 
@@ -320,6 +331,7 @@ def _jobs_of(module) -> list[Job]:
     return found
 
 
+@pytest.hookimpl(trylast=True)  # after -m, -k and --deselect: only the jobs of tests that run
 def pytest_collection_modifyitems(session, config, items):
     """Moves the modules that wait for jobs to the end and starts their jobs (``Job``)."""
     jobs = list(dict.fromkeys(job for item in items

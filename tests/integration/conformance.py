@@ -65,8 +65,10 @@ def subclassed(hp):
     return model
 
 
-def custom_train_step(hp):
-    """A model with its own train_step, which also tracks the mean absolute prediction."""
+def custom_train_step(hp, run_eagerly: bool = False):
+    """A model with its own train_step, which also tracks the mean absolute prediction.
+    ``run_eagerly``: compiled so, its step has a Python ``if`` on a tensor, which Keras's
+    fit runs eagerly and sparktf must trace with autograph."""
     keras = _seeded()
     import tensorflow as tf
 
@@ -86,7 +88,8 @@ def custom_train_step(hp):
                 loss = self.optimizer.scale_loss(loss)
             grads = tape.gradient(loss, self.trainable_variables)
             self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
-            self.abs_pred.update_state(tf.abs(y_pred))
+            if not run_eagerly or tf.shape(y)[0] > 0:  # a tensor as a Python bool
+                self.abs_pred.update_state(tf.abs(y_pred))
             return self.compute_metrics(x, y, y_pred)
 
         @property
@@ -95,8 +98,13 @@ def custom_train_step(hp):
 
     inputs = keras.Input((4,))
     model = WithAbsPred(inputs, keras.layers.Dense(1)(keras.layers.Dense(8, "tanh")(inputs)))
-    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse", metrics=["mae"])
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse", metrics=["mae"],
+                  run_eagerly=run_eagerly)
     return model
+
+
+def custom_train_step_eager(hp):
+    return custom_train_step(hp, run_eagerly=True)
 
 
 def l2_regularized(hp):
@@ -195,6 +203,7 @@ CASES = [
     Case("functional, int embedding", functional_embedding, task="two_inputs"),
     Case("subclassed", subclassed),
     Case("own train_step", custom_train_step),
+    Case("own train_step, run_eagerly", custom_train_step_eager),
     Case("L2-regularized", l2_regularized),
     Case("BatchNormalization", batch_norm, one_worker_only=True),
     # fp16 activations round differently when the rows are split over workers: one fp16

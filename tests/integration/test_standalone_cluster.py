@@ -16,10 +16,10 @@ import pytest
 
 from tests import conftest
 
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(1500)]
 WORKERS = 3  # scripts/standalone_job.py
 JOB = conftest.Job("standalone", "tests/integration/scripts/standalone_job.py",
-                   conftest.Job.WORKDIR, expected_s=280)
+                   conftest.Job.WORKDIR, expected_s=280, timeout_s=1400)
 
 
 @pytest.fixture(scope="module")

@@ -167,12 +167,8 @@ class KerasSteps:
         replica = _counted_by_share(model, train_step if kind == "train"
                                     else model.test_step)
 
-        # Not jit-compiled: the step holds the cross-worker gradient all-reduce. Not
-        # converted by autograph, as Keras's own fit leaves its step unconverted
-        # (do_not_convert in keras/src/backend/tensorflow/trainer.py): a train_step that
-        # traces under Keras's fit traces here, and the conversion's cost (about 40% of a
-        # small fit's CPU) is gone.
-        @tf.function(reduce_retracing=True, autograph=False)
+        # Not jit-compiled: the step holds the cross-worker gradient all-reduce.
+        @tf.function(reduce_retracing=True, autograph=autograph(model))
         def step(*args):
             outputs = strategy.run(replica, args=args)
             return tf.nest.map_structure(
@@ -180,6 +176,18 @@ class KerasSteps:
                            else strategy.experimental_local_results(v)[0]), outputs)
 
         return step
+
+
+def autograph(model) -> bool:
+    """Whether a step of ``model`` is traced with autograph. Not as a rule: Keras's own
+    ``fit`` leaves its step unconverted (``do_not_convert`` in
+    keras/src/backend/tensorflow/trainer.py), so a step that traces under Keras's ``fit``
+    traces here, one it refuses is refused the same way, and the conversion's cost (about
+    40% of a small fit's CPU) is not paid. A model compiled with ``run_eagerly=True``,
+    whose step Keras's ``fit`` runs eagerly (Python control flow on tensors included), is
+    traced with autograph, which converts that control flow: the step cannot run eagerly
+    here, as every worker's step joins the gradient all-reduce."""
+    return bool(getattr(model, "run_eagerly", False))
 
 
 def _counted_by_share(model, step):

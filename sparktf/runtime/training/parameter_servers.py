@@ -125,7 +125,7 @@ class _Chief(loop.EpochRunner):
 
         model, strategy = self.model, self.strategy
 
-        @tf.function(autograph=False)  # as Keras's fit: its step is not converted
+        @tf.function(autograph=keras_steps.autograph(model))
         def train_step(iterator):
             return strategy.run(model.train_step, args=(next(iterator),))
         return train_step
