@@ -128,20 +128,14 @@ class Cluster:
     def submit(self, scenario: str, *conf: str, timeout: float = 420) -> dict:
         """Runs ``cluster_app.py SCENARIO`` as an application of its own; its RESULT lines
         by name."""
-        command = [os.path.join(spark_home(), "bin", "spark-submit"), "--master", self.url,
-                   "--conf", "spark.executor.memory=1g", "--conf", "spark.driver.memory=1g",
-                   "--conf", "spark.ui.enabled=false", *conf,
-                   APP, scenario, self.workdir]
-        return self._run(scenario, command, timeout)
+        return self._run(scenario, self._submit_command(scenario, *conf), timeout)
 
     def submit_and_kill(self, scenario: str, when: str, *conf: str) -> re.Match:
         """Submits ``scenario`` and kills its driver (spark-submit's JVM and the Python
         driver under it: the whole process group) with SIGKILL when its output matches
         ``when``; the matching line."""
-        command = [os.path.join(spark_home(), "bin", "spark-submit"), "--master", self.url,
-                   "--conf", "spark.executor.memory=1g", "--conf", "spark.driver.memory=1g",
-                   "--conf", "spark.ui.enabled=false", *conf, APP, scenario, self.workdir]
-        app = Daemon(f"app-{scenario}", command, self.env, self.workdir)
+        app = Daemon(f"app-{scenario}", self._submit_command(scenario, *conf), self.env,
+                     self.workdir)
         try:
             return app.wait_for(when, timeout=420)
         finally:
@@ -152,22 +146,25 @@ class Cluster:
         return self._run(scenario, [sys.executable, APP, scenario, self.workdir, *args],
                          timeout)
 
+    def _submit_command(self, scenario: str, *conf: str) -> list[str]:
+        return [os.path.join(spark_home(), "bin", "spark-submit"), "--master", self.url,
+                "--conf", "spark.executor.memory=1g", "--conf", "spark.driver.memory=1g",
+                "--conf", "spark.ui.enabled=false", *conf, APP, scenario, self.workdir]
+
     def _run(self, scenario: str, command: list[str], timeout: float) -> dict:
         done = subprocess.run(command, env=self.env, capture_output=True, text=True,
                               timeout=timeout)
         with open(os.path.join(self.workdir, f"app-{scenario}.log"), "w") as f:
             f.write(done.stdout + done.stderr)
-        found = dict(line.split(" ", 2)[1:] for line in done.stdout.splitlines()
-                     if line.startswith("RESULT "))
-        if done.returncode != 0 or not found:
-            raise RuntimeError(f"{scenario} failed ({done.returncode}):\n{done.stdout[-3000:]}\n"
+        found = conftest.Finished(done.returncode, done.stdout, done.stderr).results()
+        if not found:
+            raise RuntimeError(f"{scenario} printed no RESULT line:\n{done.stdout[-3000:]}\n"
                                f"{done.stderr[-6000:]}")
-        return {name: json.loads(value) for name, value in found.items()}
+        return found
 
     def stop(self) -> None:
         for daemon in reversed(self.daemons):
             daemon.stop()
-
 
 
 def second(cluster: Cluster) -> dict:
