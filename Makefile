@@ -3,6 +3,11 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.sparktf-installed
+# Python writes bytecode at first import, even where PYTHONDONTWRITEBYTECODE is set (as on
+# our CI machines): else every Spark Python worker and task process would compile TensorFlow
+# again on every import (12.7 s instead of 6 s). scripts/write_bytecode.py writes most of it
+# once, after each environment's pip install.
+unexport PYTHONDONTWRITEBYTECODE
 # A second environment at the lowest versions sparktf declares (constraints-lowest.txt).
 LOWEST := .venv-lowest
 LOWEST_STAMP := $(LOWEST)/.sparktf-installed
@@ -15,13 +20,8 @@ $(STAMP): pyproject.toml setup.cfg Makefile constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet --no-compile -c constraints.txt -e ".[dev]"
-	@# Bytecode for every installed package, written once: with PYTHONDONTWRITEBYTECODE set
-	@# (as on our CI machines) each Spark Python worker and task process would otherwise
-	@# compile TensorFlow again on every import (12.7 s instead of 6 s for `import tensorflow`).
-	@# A file that does not compile (torch 2.13's py312-only test helpers, when the bench
-	@# extra is installed) only misses its bytecode: it must not fail the setup. pip's own
-	@# compile runs on one core, so it is off (--no-compile) and compileall writes it all.
-	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib > /dev/null || true
+	@# The bytecode of what is imported, written once by importing it (why: that script)
+	$(BIN)/python scripts/write_bytecode.py
 	touch $(STAMP)
 
 # The lower bounds first, then sparktf under them as constraints: pip must not move them.
@@ -31,7 +31,7 @@ $(LOWEST_STAMP): pyproject.toml constraints-lowest.txt constraints.txt Makefile
 	$(LOWEST)/bin/python -m pip install --quiet --no-compile -r constraints-lowest.txt
 	$(LOWEST)/bin/python -m pip install --quiet --no-compile -c constraints-lowest.txt -e . \
 		$$(grep -E '^(pytest|pytest-timeout|iniconfig|pluggy|hypothesis|sortedcontainers)==' constraints.txt)
-	$(LOWEST)/bin/python -m compileall -q -j 0 $(LOWEST)/lib > /dev/null || true
+	$(LOWEST)/bin/python scripts/write_bytecode.py
 	touch $(LOWEST_STAMP)
 
 environments:
@@ -60,7 +60,7 @@ fuzz: java-check $(STAMP)
 
 # ruff's rule set and the import contracts of ARCHITECTURE.md (both in pyproject.toml).
 lint: $(STAMP)
-	$(BIN)/ruff check sparktf tests bench examples
+	$(BIN)/ruff check sparktf tests bench examples scripts
 	$(BIN)/lint-imports
 
 # The unit tests and one fit + transform at the lowest declared versions. The process

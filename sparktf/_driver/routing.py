@@ -36,11 +36,19 @@ def barrier_job(session: sessions.Session, frame, num_tasks: int,
             for batch in task_runtime.run_task(spec, partition):
                 yield from batch.to_pylist()  # {"rank": ..., "result": ...}
 
-        rdd = session.sc.parallelize(range(num_tasks), num_tasks)
+        sc = session.sc
+        rdd = sc.parallelize(range(num_tasks), num_tasks)
         if profile is not None:
             rdd = rdd.withResources(profile)
         job = rdd.barrier().mapPartitions(rdd_task)
-        _ = job._jrdd  # PySpark makes the Python function now, with the interpreter chosen
+        # PySpark makes the Python function now, with the interpreter chosen and with the
+        # environment of Spark SQL's Python functions (see _SQL_WORKER_ENV)
+        saved = sc.environment
+        sc.environment = {**saved, **_sql_worker_env(session)}
+        try:
+            _ = job._jrdd
+        finally:
+            sc.environment = saved
         return job
 
     names = frame.columns
@@ -59,6 +67,22 @@ def barrier_job(session: sessions.Session, frame, num_tasks: int,
 
     return frame.mapInArrow(barrier_task, "rank int, result binary", barrier=True,
                             profile=profile)
+
+
+# An executor keeps one pool of Python workers per interpreter and environment. Spark SQL's
+# runners add SPARK_SIMPLIFIED_TRACEBACK=1 to their functions' environment (while
+# spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled is on, the default) and an
+# RDD's function goes without it: the same environment makes sparktf's RDD stages run in the
+# Python workers of its mapInArrow stages and scoring UDFs, and fork from their spares,
+# instead of a second pool of workers, each importing TensorFlow again (and a pool idle
+# for a minute is ended by Spark, so alternating between the two paid it again and again).
+_SIMPLIFIED_TRACEBACK = "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled"
+
+
+def _sql_worker_env(session: sessions.Session) -> dict[str, str]:
+    """What Spark SQL's Python runners add to a function's worker environment."""
+    enabled = (session.setting(_SIMPLIFIED_TRACEBACK) or "true").strip().lower() == "true"
+    return {"SPARK_SIMPLIFIED_TRACEBACK": "1"} if enabled else {}
 
 
 INPUT_COLUMN = "__sparktf_input_"  # + position: an input column whose name Spark would parse

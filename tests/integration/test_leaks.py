@@ -81,14 +81,17 @@ def _fits(spark, capsys):
 
 
 def test_spares_serve_every_job_and_end_with_the_session():
-    """Two runs in one session: every task process is forked by a spare (none started
-    from scratch after the first), and nothing is left once the session stops."""
+    """Three runs in one session, without data (an RDD stage), with a DataFrame
+    (mapInArrow) and without again: every task process is forked by one of the same two
+    spares (none started from scratch after the first; the two kinds of stage share Python
+    workers), and nothing is left once the session stops."""
     found = SPARES_JOB.finished().results()
     runs = found["runs"]
     print("\nruns (rank, pid, parent):", [[(r["rank"], r["pid"], r["ppid"]) for r in run]
                                          for run in runs])
-    assert len({r["pid"] for run in runs for r in run}) == 4, "a process per task"
+    assert len({r["pid"] for run in runs for r in run}) == 6, "a process per task"
     assert found["parents_are_spares"]
-    assert found["spares_during"] == 2
-    assert found["forked_ranks"] == [0, 1], "the second run's tasks were forked by spares"
+    assert found["spares_during"] == [2, 2, 2], "a second pool of Python workers and spares"
+    assert len(found["parents"]) == 2, found["parents"]
+    assert found["forked_ranks"] == [0, 1], "the last run's tasks were forked by spares"
     assert found["left_after_stop"] == [], "processes left after spark.stop()"

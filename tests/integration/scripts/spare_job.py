@@ -1,6 +1,7 @@
-"""Driver for test_leaks.py: spare processes across the jobs of one SparkSession, and
-their end with it. Its own SparkSession (local-cluster[2,1,1024]), so that stopping it
-ends nothing the rest of the suite uses. Findings go to stdout as ``RESULT name {json}``.
+"""Driver for test_leaks.py: spare processes across the jobs of one SparkSession (runs with
+and without a DataFrame), and their end with it. Its own SparkSession
+(local-cluster[2,1,1024]), so that stopping it ends nothing the rest of the suite uses.
+Findings go to stdout as ``RESULT name {json}``.
 
     python tests/integration/scripts/spare_job.py
 """
@@ -38,13 +39,18 @@ def main():
     spark = (SparkSession.builder.master("local-cluster[2,1,1024]")
              .appName("sparktf-spares").config("spark.ui.enabled", "false")
              .config("spark.sparktf.spareIdleTimeout", "300").getOrCreate())
-    runs = []
-    for _ in range(2):
+    # without data (an RDD stage), with a DataFrame (mapInArrow), without data again: the
+    # same Python workers and spares serve all three
+    frame = spark.range(0, 8, 1, 2)
+    runs, spares_during = [], []
+    for df in (None, frame, None):
         phases.clear()
-        runs.append(sparktf.run(spark, where, numWorkers=2))
-        emit("spares_during", len(spare_pids()))
+        runs.append(sparktf.run(spark, where, numWorkers=2, df=df))
+        spares_during.append(len(spare_pids()))
+    emit("spares_during", spares_during)
     emit("runs", runs)
     emit("parents_are_spares", all(r["ppid"] in spare_pids() for run in runs for r in run))
+    emit("parents", sorted({r["ppid"] for run in runs for r in run}))
     emit("forked_ranks", sorted(rank for rank, name, _ in phases
                                 if name == "forked from the spare"))
     spark.stop()
