@@ -23,6 +23,7 @@ Protocol with the parent task (``sparktf.runtime.task``):
 
 from __future__ import annotations
 
+import faulthandler
 import gc
 import json
 import os
@@ -75,6 +76,9 @@ def _run(payload_path: str) -> tuple[str, object]:
 
 def _task() -> None:
     """Runs one task's order from stdin; never returns."""
+    # A crash in native code (TensorFlow's, or an extension's) prints the Python stack of
+    # every thread to the task's output, which the driver shows with the failure.
+    faulthandler.enable(all_threads=True)
     line = sys.stdin.readline().strip()
     if not line:
         os._exit(0)

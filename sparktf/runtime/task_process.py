@@ -92,6 +92,7 @@ class TaskProcess:
         self.tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
         self.dog = self.stalled = None  # the task's own watchdog (``_own_watchdog``)
         self.abandoned = False  # the driver ended the job while our process ran
+        self.crash: str | None = None  # what a crash report in its output said
         self.env = child_env(spec, devices, cpus)
         self.proc = None
         self.request = None
@@ -279,6 +280,8 @@ class TaskProcess:
             print(f"[sparktf rank {self.rank}] {line}", file=sys.stderr)
             if _TF_NOISE.search(line):
                 return
+            if line.startswith("Fatal Python error: ") and self.crash is None:
+                self.crash = line.removeprefix("Fatal Python error: ")
             self.tail.append(line)
             if forward and to_driver:
                 self.events.send({"kind": "log", "line": line})
@@ -295,6 +298,10 @@ class TaskProcess:
                                         "ran (another task failed, or the stage was "
                                         "cancelled); the process was stopped"}, log_tail, 0
         if not os.path.exists(self.result_path):
+            if self.crash is not None:  # faulthandler's report (child.py)
+                return "error", {"message": (
+                    f"the task's process crashed before reporting a result ({self.crash}); "
+                    "the Python stacks of its threads at the crash end its log")}, log_tail, 0
             how = f" with code {code}" if code is not None and code >= 0 else ""
             return "error", {"message": f"the task's process exited{how} before reporting a "
                                         "result (killed, or out of memory?)"}, log_tail, 0

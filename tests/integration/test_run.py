@@ -94,6 +94,9 @@ def _fail_at(args, ctx):
         strategy.reduce("SUM", value, axis=None)  # one collective succeeds
     if ctx.rank == args["rank"]:
         print("about to fail", flush=True)
+        if args["when"] == "crash":  # a segfault in native code
+            import ctypes
+            ctypes.string_at(0)
         raise ValueError(f"deliberate failure {args['when']}")
     if args["when"] == "late":  # the survivor blocks in a collective that never completes
         strategy.reduce("SUM", strategy.run(lambda: tf.constant(2.0)), axis=None)
@@ -102,7 +105,7 @@ def _fail_at(args, ctx):
     return "unreachable"
 
 
-@pytest.mark.parametrize("when,rank", [("early", 1), ("late", 0)])
+@pytest.mark.parametrize("when,rank", [("early", 1), ("late", 0), ("crash", 1)])
 def test_a_failing_task_surfaces_with_rank_role_traceback_and_stops_the_others(spark, when,
                                                                                rank):
     threads_before = driver_threads()
@@ -112,9 +115,13 @@ def test_a_failing_task_surfaces_with_rank_role_traceback_and_stops_the_others(s
     elapsed = time.monotonic() - started
     err = info.value
     assert (err.rank, err.role) == (rank, f"worker:{rank}")
-    assert f"ValueError: deliberate failure {when}" in err.message
-    assert "_fail_at" in err.traceback_text and "raise ValueError" in err.traceback_text
-    assert "about to fail" in err.log_tail
+    if when == "crash":  # no Python exception: the stacks at the crash, from faulthandler
+        assert "crashed before reporting a result (Segmentation fault)" in err.message
+        assert "in _fail_at" in err.log_tail and "string_at" in err.log_tail, err.log_tail
+    else:
+        assert f"ValueError: deliberate failure {when}" in err.message
+        assert "_fail_at" in err.traceback_text and "raise ValueError" in err.traceback_text
+        assert "about to fail" in err.log_tail
     assert elapsed < 120, f"failure took {elapsed:.0f} s to surface"
     assert wait_gone(child_pids()) == [], "task processes left behind"
     assert len(driver_threads()) <= len(threads_before), \
