@@ -37,6 +37,9 @@ _TF_NOISE = re.compile(r"oneDNN custom operations|cudart_stub|cuda_platform\.cc|
                        r"TF-TRT Warning|cuda_(?:dnn|fft|blas)\.cc|rebuild TensorFlow with|"
                        r"cpu_feature_guard|AVX512_VNNI|in other operations, rebuild")
 
+# faulthandler's first line when the process crashes (enabled in child.py)
+_CRASH_REPORT = "Fatal Python error: "
+
 
 def interop_threads(chosen: str | None, num_workers: int, num_ps: int) -> int:
     """TensorFlow's inter-op pool size for a task: 2 unless chosen, at least
@@ -280,8 +283,8 @@ class TaskProcess:
             print(f"[sparktf rank {self.rank}] {line}", file=sys.stderr)
             if _TF_NOISE.search(line):
                 return
-            if line.startswith("Fatal Python error: ") and self.crash is None:
-                self.crash = line.removeprefix("Fatal Python error: ")
+            if line.startswith(_CRASH_REPORT) and self.crash is None:
+                self.crash = line.removeprefix(_CRASH_REPORT)
             self.tail.append(line)
             if forward and to_driver:
                 self.events.send({"kind": "log", "line": line})
@@ -298,7 +301,7 @@ class TaskProcess:
                                         "ran (another task failed, or the stage was "
                                         "cancelled); the process was stopped"}, log_tail, 0
         if not os.path.exists(self.result_path):
-            if self.crash is not None:  # faulthandler's report (child.py)
+            if self.crash is not None:
                 return "error", {"message": (
                     f"the task's process crashed before reporting a result ({self.crash}); "
                     "the Python stacks of its threads at the crash end its log")}, log_tail, 0
