@@ -323,3 +323,35 @@ def test_a_per_token_output_as_the_prediction_is_refused_whatever_the_rows(spark
         model.transform(df)
     mapped = model.setOutputMapping({"output_0": "per_token"}).transform(df).collect()
     assert len(mapped[0]["per_token"]) == 2  # one value per token
+
+
+def _embedding_gru(hp):
+    import keras
+    keras.utils.set_random_seed(0)
+    ids = keras.Input((None,), dtype="int32")  # no mask_zero: padding changes the output
+    recurrent = keras.layers.GRU(3)(keras.layers.Embedding(10, 4)(ids))
+    model = keras.Model(ids, keras.layers.Dense(1)(recurrent))
+    model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
+    return model
+
+
+def test_an_rnn_on_an_input_of_length_none_trains_as_keras_and_scores_each_row_alone(spark):
+    """Found by review: the model was built from zero rows of width 0, so a GRU on an
+    input of length None could not be fitted ("slice index 0 of dimension 1 out of
+    bounds"). Every batch of 8 holds a row of the longest length, so padding each batch
+    to its longest row is Keras's fit on the whole frame padded once."""
+    import keras
+    seqs = [[1, 2, 3], [4], [5, 6, 7, 8, 9, 1, 2], [3, 3]] * 10
+    labels = np.array([len(s) for s in seqs], np.float32)
+    df = spark.createDataFrame([(s, float(y)) for s, y in zip(seqs, labels)],
+                               "features array<int>, label double").coalesce(1)
+    model = TFEstimator(modelFn=_embedding_gru, numWorkers=1, epochs=2, batchSize=8,
+                        shuffle=False, verbose=0).fit(df)
+    oracle = _embedding_gru({})
+    expected = oracle.fit(keras.utils.pad_sequences(seqs, padding="post"), labels,
+                          batch_size=8, epochs=2, shuffle=False, verbose=0).history["loss"]
+    print("sparktf", model.getHistory()["loss"], "keras", expected)
+    np.testing.assert_allclose(model.getHistory()["loss"], expected, rtol=1e-5)
+    scored = model.transform(df.limit(4)).collect()
+    alone = [oracle.predict(np.array([r.features]), verbose=0)[0, 0] for r in scored]
+    np.testing.assert_allclose([r.prediction for r in scored], alone, rtol=1e-5, atol=1e-6)

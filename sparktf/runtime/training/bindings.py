@@ -16,6 +16,7 @@ import numpy as np
 
 from sparktf.runtime import tensors
 from sparktf.runtime.columns import ColumnInfo, FeedError
+from sparktf.runtime.training import keras_steps
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,8 +45,19 @@ class Bindings:
     label_shapes: tuple = ()
 
     def x(self, batch: dict):
-        values = [tensors.to_input(batch[b.column], b.column, b.shape, b.dtype, b.fixed)
-                  for b in self.inputs]
+        return self._arranged(self._values(batch))
+
+    def x_template(self, batch: dict):
+        """``x`` of a zero-row ``batch`` as symbolic tensors, unknown where the inputs
+        declare a dimension unknown (what builds the model before any row is read)."""
+        return self._arranged([keras_steps.symbolic(array, b.shape)
+                               for b, array in zip(self.inputs, self._values(batch))])
+
+    def _values(self, batch: dict) -> list:
+        return [tensors.to_input(batch[b.column], b.column, b.shape, b.dtype, b.fixed)
+                for b in self.inputs]
+
+    def _arranged(self, values: list):
         if self.inputs_as_dict:
             return {b.name: v for b, v in zip(self.inputs, values)}
         return values[0] if len(values) == 1 else tuple(values)

@@ -54,16 +54,28 @@ def check_compiled(model) -> None:
 def build(model, template) -> None:
     """Creates the model's, its compiled metrics' and loss's, and its optimizer's
     variables from the shapes of ``template`` (a batch ``(x, y[, sample_weight])`` of
-    numpy arrays), under the current strategy scope, as Keras's ``fit`` does before
-    its first step; subclassed models get their variables here."""
-    import keras
+    numpy arrays, or of ``symbolic`` tensors where an array cannot say the shape), under
+    the current strategy scope, as Keras's ``fit`` does before its first step;
+    subclassed models get their variables here."""
     import tensorflow as tf
 
-    def symbolic(array):
-        dtype = "string" if array.dtype == object else str(array.dtype)
-        return keras.KerasTensor((None, *array.shape[1:]), dtype=dtype)
+    def leaf(value):
+        return symbolic(value) if isinstance(value, np.ndarray) else value
 
-    model._symbolic_build(data_batch=tf.nest.map_structure(symbolic, template))
+    model._symbolic_build(data_batch=tf.nest.map_structure(leaf, template))
+
+
+def symbolic(array: np.ndarray, declared=None):
+    """A ``keras.KerasTensor`` for batches like ``array`` (any number of rows): its row
+    shape, except where ``declared`` (an input's shape without the batch) leaves a
+    dimension unknown. A variable-length column's zero rows are 0 wide, and an RNN
+    cannot be built on a length of 0."""
+    import keras
+    shape = tuple(array.shape[1:])
+    if declared is not None and len(declared) == len(shape):
+        shape = tuple(None if d is None else s for d, s in zip(declared, shape))
+    dtype = "string" if array.dtype == object else str(array.dtype)
+    return keras.KerasTensor((None, *shape), dtype=dtype)
 
 
 def step_data(x, y, sample_weight=None) -> tuple:

@@ -82,8 +82,10 @@ class TrainSpec:
 
     def template(self, feed_spec: dict, bindings: Bindings) -> tuple:
         """A zero-row batch with the columns' shapes and dtypes (``ctx.feedSpec``): what
-        builds the model's variables before any row is read."""
-        return self.step_data(feed.empty_batch(self.columns, feed_spec), bindings)
+        builds the model's variables before any row is read. Its inputs are symbolic,
+        unknown where the model declares a dimension unknown."""
+        batch = feed.empty_batch(self.columns, feed_spec)
+        return (bindings.x_template(batch), *self.step_data(batch, bindings)[1:])
 
 
 def class_weights(labels: np.ndarray, class_weight: dict) -> np.ndarray:
