@@ -10,9 +10,8 @@ declares (``tensors.check_input``) once the model exists, before the first step.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Sequence
-
-import numpy as np
 
 from sparktf.runtime import tensors
 from sparktf.runtime.columns import ColumnInfo, FeedError
@@ -170,19 +169,26 @@ def _label_shapes(model, labels: list[str], outputs, names, infos: dict) -> tupl
 
 def _label_shape(label: str, info: ColumnInfo | None, shape: tuple | None):
     """The row shape ``label`` is reshaped to, or None to keep it as it comes: the
-    output's shape, or (sparse class labels) the output's shape but its last axis."""
-    if (info is None or shape is None or len(shape) < 2 or len(info.shape) != 1
-            or info.varies or any(d is None for d in shape)):
+    output's shape when the label holds as many values a row (flat or nested), or
+    (sparse class labels) the output's shape but its last axis. One value a row for an
+    output of one axis is kept as Keras takes it (a class id); a label whose length
+    varies, or of another size, is refused naming the column and the output's shape."""
+    if info is None or shape is None or any(d is None for d in shape):
         return None
-    size = int(np.prod(shape))
-    if info.shape[0] == size:
-        return shape
-    if info.shape[0] == int(np.prod(shape[:-1])):
-        return shape[:-1]
+    row = tuple(info.shape)
+    size = math.prod(shape)
+    if row == tuple(shape) or (len(shape) < 2 and None not in row and math.prod(row) == 1):
+        return None
+    if None not in row:
+        if math.prod(row) == size:
+            return shape
+        if len(shape) >= 2 and math.prod(row) == math.prod(shape[:-1]):
+            return shape[:-1]
     raise FeedError(
         f"Label column '{label}' holds {info.rows()}, but its output declares shape "
-        f"{shape} ({size} values a row). Give the label {size} values a row (a flat array "
-        "is reshaped to the output's shape), or change the output.")
+        f"{shape} ({size} values a row). Give the label {size} values in every row (an "
+        "array of that size, flat or nested, is reshaped to the output's shape), or change "
+        "the output.")
 
 
 def _match_inputs(declared, feature_columns: list[str],
