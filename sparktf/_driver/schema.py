@@ -107,7 +107,7 @@ def check_against_input(schema: T.StructType, column: str, input_name: str, shap
     """Raises ``InvalidInputError`` when the column's Spark type cannot become the signature
     input ``input_name`` (``shape`` without the batch, None entries unknown; ``dtype`` a
     TensorFlow dtype name): text into a numeric input or the reverse, a scalar into an
-    input of several values, arrays nested deeper than the input's rank."""
+    input of several values, arrays nested deeper than an input of partly unknown shape."""
     dtype_t = schema[column].dataType
     text = column_kind(dtype_t) in ("string", "binary") or _holds_text(dtype_t)
     declared = (f"input '{input_name}' declares dtype {dtype} and shape "
@@ -121,7 +121,9 @@ def check_against_input(schema: T.StructType, column: str, input_name: str, shap
     depth = 0
     while isinstance(dtype_t, T.ArrayType):
         depth, dtype_t = depth + 1, dtype_t.elementType
-    if shape and shape != (None,) and depth > len(shape):
+    # deeper arrays for an input of known shape are reshaped in the tasks when the sizes
+    # agree (as fit and udf() do); only a partly unknown shape leaves nothing to agree on
+    if None in shape and shape != (None,) and depth > len(shape):
         raise InvalidInputError(f"{received}: its arrays nest {depth} deep. Flatten them or "
                                 "change the input's shape.")
     if column_kind(schema[column].dataType) in ("numeric", "string", "binary") and \

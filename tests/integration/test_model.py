@@ -355,3 +355,21 @@ def test_an_rnn_on_an_input_of_length_none_trains_as_keras_and_scores_each_row_a
     scored = model.transform(df.limit(4)).collect()
     alone = [oracle.predict(np.array([r.features]), verbose=0)[0, 0] for r in scored]
     np.testing.assert_allclose([r.prediction for r in scored], alone, rtol=1e-5, atol=1e-6)
+
+
+def test_nested_arrays_holding_the_inputs_size_score_as_in_fit_and_udf(spark, saved_models):
+    """Found by review: fit and udf() reshape [[x1, x2, x3]] to an input (3,), as the
+    README says, but transform refused the same frame on the driver ("nest 2 deep")."""
+    from pyspark.sql import functions as F
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(20, 3))
+    df = spark.createDataFrame([(i, [x.tolist()]) for i, x in enumerate(X)],
+                               "id long, x array<array<double>>")
+    model = TFModel(modelPath=saved_models["affine"], featuresCol="x", predictionCol="y")
+    rows = model.transform(df).orderBy("id").collect()
+    np.testing.assert_allclose([r.y for r in rows], X.sum(axis=1) * 2 + 1, rtol=1e-5)
+    udf_rows = df.select("id", model.udf()(F.col("x")).alias("y")).orderBy("id").collect()
+    assert [r.y for r in udf_rows] == [r.y for r in rows]
+    short = spark.createDataFrame([(0, [[1.0, 2.0]])], "id long, x array<array<double>>")
+    with pytest.raises(Exception, match=r"Column 'x' has rows of shape \(1, 2\)"):
+        model.transform(short).collect()
