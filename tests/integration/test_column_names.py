@@ -4,7 +4,8 @@ through fit, transform, udf(), SQL, a streaming query and preprocessing.adapt.
 Spark reads ``row.id`` as the field ``id`` of a struct ``row``: every column sparktf
 addresses by name must be quoted. One small fit (2 workers, 1 epoch) with all these names
 at once; every score is compared with Keras's ``predict`` of the exported model on the
-same rows.
+same rows. The model's inputs are named after their columns and fed by name, so a
+SavedModel signature must take a name it cannot hold as it is (``größe``, spaces).
 """
 
 import os
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.timeout(600)
 
 ROW_ID = "row.id"      # unrelated: kept through transform
 FEATURES = "f.x"       # array<float>, input "fx"
-CITY = "my.city"       # string, input "city"
+CITY = "my.stadt größe"  # string; the inputs are named after their columns
 LABEL = "my label"
 WEIGHT = "größe"
 HELD_OUT = "held`out"  # validationCol
@@ -37,8 +38,8 @@ def quoted(name):
 def build(hp):
     import keras
     keras.utils.set_random_seed(0)
-    fx = keras.Input((2,), name="fx")
-    city = keras.Input((1,), dtype="string", name="city")
+    fx = keras.Input((2,), name=FEATURES)
+    city = keras.Input((1,), dtype="string", name=CITY)
     one_hot = keras.layers.StringLookup(vocabulary=CITIES, output_mode="one_hot")(city)
     out = keras.layers.Dense(1)(keras.layers.Concatenate()([fx, one_hot]))
     model = keras.Model([fx, city], out)
@@ -65,7 +66,8 @@ def frame(spark):
 
 @pytest.fixture(scope="module")
 def fitted(frame):
-    return TFEstimator(modelFn=build, inputCols=[FEATURES, CITY], labelCol=LABEL,
+    # by name, in another order than the model's
+    return TFEstimator(modelFn=build, inputCols=[CITY, FEATURES], labelCol=LABEL,
                        weightCol=WEIGHT, validationCol=HELD_OUT, predictionCol=PREDICTION,
                        numWorkers=2, epochs=1, batchSize=8, learningRate=0.05,
                        verbose=0).fit(frame)
@@ -107,8 +109,14 @@ def test_fit_trains_on_the_named_columns_and_transform_keeps_every_column(frame,
 
 
 def test_input_mapping_takes_such_names_for_a_string_input(frame, fitted, expected):
+    """Found by review: an input named größe trained, then failed at export (TensorFlow's
+    signature cannot hold the name); the signature names it in ASCII, and the fitted
+    model's inputMapping says which column feeds it."""
+    mapping = fitted.getInputMapping()
+    print(mapping)
+    assert mapping[FEATURES] == FEATURES and mapping[CITY].isascii(), mapping
     mapped = TFModel(modelPath=fitted.getModelPath(), predictionCol=OTHER_PREDICTION,
-                     inputMapping={FEATURES: "fx", CITY: "city"})
+                     inputMapping=mapping)
     scored = mapped.transform(frame)
     assert scored.columns == [*frame.columns, OTHER_PREDICTION]
     _assert_scores(_by_id(scored.collect(), OTHER_PREDICTION), expected)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import tempfile
 import time
 
@@ -226,56 +227,97 @@ def callback_list(callbacks, model, epochs: int, steps: int):
                                         steps=steps, verbose=0)
 
 
-def _export(model, spec: TrainSpec, ctx) -> tuple[str, list[str]]:
+def _export(model, spec: TrainSpec, ctx) -> tuple[str, dict[str, str]]:
     """Every worker exports (the chief's copy is kept): SavedModel for serving, .keras file.
 
-    Returns the export URI and the serving signature's input names. A model with several
-    outputs names the signature's outputs after its own (``price``, ``dear``), not
-    Keras's ``output_0``, ``output_1``.
+    Returns the export URI and, for each input of the serving signature, the model input
+    it takes (the same name unless TensorFlow could not name it: ``signature_names``). A
+    model with several outputs names the signature's outputs after its own (``price``,
+    ``dear``), not Keras's ``output_0``, ``output_1``.
     """
     target = storage.join(spec.model_dir, EXPORT_DIR)
+    renamed: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="sparktf-export-") as local:
         path = os.path.join(local, SAVED_MODEL)
         if keras_steps.is_tf_keras(model):
             model.export(path)
         else:
-            _export_saved_model(model, path)
+            renamed = _export_saved_model(model, path)
         model.save(os.path.join(local, KERAS_FILE))
         names = list(inference.describe(path, "serving_default")[0])
         if ctx.isChief:
             storage.put_dir(local, target)
-    return target, names
+    back = {signature: name for name, signature in renamed.items()}
+    return target, {name: back.get(name, name) for name in names}
 
 
-def _export_saved_model(model, path: str) -> None:
-    """Keras's ``model.export``, with several outputs named after the model's outputs."""
+def _export_saved_model(model, path: str) -> dict[str, str]:
+    """Keras's ``model.export``, with several outputs named after the model's outputs and
+    the inputs named as a signature can name them; returns input name -> signature name
+    for the inputs renamed."""
     import keras
+    import tensorflow as tf
     from keras.src.export.export_utils import get_input_signature
 
-    names = binding.output_names(model)
-    if not names or len(names) < 2:
-        model.export(path, verbose=False)
-        return
+    specs = get_input_signature(model)
+    names = [s.name for s in tf.nest.flatten(specs) if getattr(s, "name", None)]
+    renamed = signature_names(names)
+
+    def named(spec):
+        name = getattr(spec, "name", None)
+        return tf.TensorSpec(spec.shape, spec.dtype, name=renamed.get(name, name))
+
+    signature = tf.nest.map_structure(named, specs)
+    outputs = binding.output_names(model)
+    if not outputs or len(outputs) < 2:
+        model.export(path, verbose=False, input_signature=signature)
+        return renamed
     archive = keras.export.ExportArchive()
     archive.track(model)
 
     def serve(inputs):
-        return dict(zip(names, keras.tree.flatten(model(inputs, training=False))))
+        return dict(zip(outputs, keras.tree.flatten(model(inputs, training=False))))
 
-    signature = get_input_signature(model)
     archive.add_endpoint("serve", serve, signature)
     archive.write_out(path, verbose=False)
+    return renamed
 
 
-def _signature_mapping(signature_names: list[str], bound: binding.Bindings) -> dict:
-    """Column -> serving signature input: by the model's input names where the signature
-    has them, else in order (a single input: the signature's only one)."""
-    if len(signature_names) == 1 and len(bound.inputs) == 1:
-        return {bound.inputs[0].column: signature_names[0]}
+def signature_names(names: list[str]) -> dict[str, str]:
+    """Input name -> a name TensorFlow can give a SavedModel signature's input, for the
+    names it cannot (``größe``, ``my city``: a graph op's name is ASCII letters, digits
+    and ``_.-/``): the others replaced by ``_``, unique among ``names``."""
+    renamed, taken = {}, set(names)
+    for name in names:
+        if _SIGNATURE_NAME.fullmatch(name):
+            continue
+        safe = "".join(c if c.isascii() and (c.isalnum() or c in "_.-/") else "_"
+                       for c in name)
+        safe = safe if safe[:1].isalnum() or safe[:1] == "." else f"input_{safe}"
+        candidate, n = safe, 1
+        while candidate in taken:
+            n += 1
+            candidate = f"{safe}_{n}"
+        renamed[name] = candidate
+        taken.add(candidate)
+    return renamed
+
+
+_SIGNATURE_NAME = re.compile(r"[A-Za-z0-9.][A-Za-z0-9_.\-/]*")
+
+
+def _signature_mapping(signature_inputs: dict[str, str], bound: binding.Bindings) -> dict:
+    """Column -> serving signature input (``signature_inputs``: signature input -> model
+    input): by the model's input names where the signature has them, else in order (a
+    single input: the signature's only one)."""
+    names = list(signature_inputs)
+    if len(names) == 1 and len(bound.inputs) == 1:
+        return {bound.inputs[0].column: names[0]}
+    by_input = {name: signature for signature, name in signature_inputs.items()}
     mapping = bound.input_mapping
-    if set(mapping.values()) == set(signature_names):
-        return mapping
-    return dict(zip(mapping, sorted(signature_names)))
+    if set(mapping.values()) == set(by_input):
+        return {column: by_input[name] for column, name in mapping.items()}
+    return dict(zip(mapping, sorted(names)))
 
 
 class Validator:
