@@ -308,7 +308,7 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                        f"validationFraction={self.getValidationFraction()}"
                        if self.getValidationFraction() > 0 else None)
         return RowChecks(tuple(columns), tuple(self.labelColumns()), self.getWeightColOrNone(),
-                         held_out_by)
+                         held_out_by, VALIDATION_FLAG if self.isSet(self.validationCol) else None)
 
     def _holds_out_rows(self) -> bool:
         """Whether some rows are held out for validation (validationCol or a fraction)."""
@@ -369,8 +369,7 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                                      ([weight] if weight else [])))
         selected = [schema_checks.column(c) for c in columns]
         if self.isSet(self.validationCol):
-            flag = F.coalesce(schema_checks.column(self.getValidationCol()).cast("boolean"),
-                              F.lit(False))
+            flag = schema_checks.column(self.getValidationCol()).cast("boolean")
         elif self.getValidationFraction() > 0:
             flag = F.rand(self.getOrDefault(self.seed)) < self.getValidationFraction()
         else:

@@ -1,5 +1,5 @@
 """Checks of a fit's rows made while the tasks receive them: empty input, nulls,
-non-finite labels, negative or non-finite weights.
+non-finite labels, negative or non-finite weights, null validation flags.
 
 They need one pass over the data, so they ride on the pass that feeds the tasks
 instead of a Spark job of their own before it (which was a second pass over an
@@ -32,6 +32,8 @@ class RowChecks:
     # how rows are held out for validation, as the user set it (``validationCol='v'``),
     # or None: then neither side may be empty
     held_out_by: str | None = None
+    # the boolean column that holds rows out (validationCol): a null there is refused
+    flag: str | None = None
 
     def counter(self) -> "Counts":
         return Counts(self)
@@ -46,6 +48,7 @@ class Counts:
         self.nulls = {c: 0 for c in checks.columns}
         self.nonfinite = {c: 0 for c in checks.labels}
         self.bad_weights = 0
+        self.null_flags = 0
 
     def watch(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Passes the batches through, counting as they go."""
@@ -61,10 +64,12 @@ class Counts:
             self.nonfinite[label] += _count(batch.column(label), negative=False)
         if self.checks.weight is not None:
             self.bad_weights += _count(batch.column(self.checks.weight), negative=True)
+        if self.checks.flag is not None:
+            self.null_flags += batch.column(self.checks.flag).null_count
 
     def as_dict(self) -> dict:
         return {"rows": self.rows, "nulls": self.nulls, "nonfinite": self.nonfinite,
-                "bad_weights": self.bad_weights}
+                "bad_weights": self.bad_weights, "null_flags": self.null_flags}
 
 
 def _count(values: pa.Array, negative: bool) -> int:
@@ -115,6 +120,11 @@ def problem(checks: RowChecks, counts: list[dict], training_rows: int | None = N
         return (f"The weight column '{checks.weight}' has {bad_weights} negative, NaN or "
                 "infinite value(s); weights must be finite numbers >= 0. Fix or drop those "
                 "rows.")
+    null_flags = sum(c.get("null_flags", 0) for c in counts)
+    if null_flags:
+        return (f"{checks.held_out_by} is null in {null_flags} row(s), so sparktf cannot "
+                "tell whether they train or validate. Fill the column (True: validation, "
+                "False: training) or drop those rows.")
     if checks.held_out_by and training_rows is not None:
         return _empty_side(checks.held_out_by, rows, training_rows, validation_rows)
     return None

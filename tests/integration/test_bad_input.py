@@ -197,6 +197,10 @@ def test_cpu_fallback_is_logged(spark, caplog):
      {"weightCol": "w", "classWeight": {0: 1.0}}, "either weightCol or classWeight"),
     ("features array<double>, label double", [([1.0, 2.0], 1.0)],
      {"batchSize": 1}, "batchSize is the global batch"),
+    # found by review: a null flag was taken as a training row, silently
+    ("features array<double>, label double, v boolean",
+     [([1.0, 2.0], 1.0, True), ([1.0, 2.0], 1.0, False), ([1.0, 2.0], 1.0, None)],
+     {"validationCol": "v"}, r"validationCol='v' is null in 1 row\(s\)"),
 ])
 def test_bad_weights_are_refused_on_the_driver(spark, ddl, rows, kw, fragment):
     df = spark.createDataFrame(rows, ddl)

@@ -26,7 +26,7 @@ def test_problems_are_counted_over_every_batch_and_summed_over_every_task():
                     _batch([[2.0]], [math.inf], [None]))
     second = _counts(_batch([None, [3.0]], [None, 0.5], [0, 3]))
     assert first == {"rows": 3, "nulls": {"features": 1, "label": 0, "w": 1},
-                     "nonfinite": {"label": 2}, "bad_weights": 1}
+                     "nonfinite": {"label": 2}, "bad_weights": 1, "null_flags": 0}
     assert second["nulls"] == {"features": 1, "label": 1, "w": 0}
     assert problem(CHECKS, [first, second]).startswith(
         "Column 'features' has 2 null value(s); sparktf does not train on nulls.")
@@ -77,3 +77,16 @@ def test_an_empty_training_or_validation_side_is_refused_naming_how_rows_were_he
     assert problem(checks, [clean], training_rows=1, validation_rows=1) is None
     # without a split nothing is held out, and that is fine
     assert problem(RowChecks(("features",)), [clean], training_rows=2) is None
+
+
+def test_a_null_validation_flag_is_refused_naming_the_validation_column():
+    """Found by review: a null in validationCol was silently taken as a training row."""
+    checks = RowChecks(("features",), held_out_by="validationCol='v'", flag="held")
+    counts = checks.counter()
+    counts.add(pa.RecordBatch.from_pydict({"features": pa.array([1.0, 2.0, 3.0]),
+                                           "held": pa.array([True, None, None])}))
+    assert counts.as_dict()["null_flags"] == 2
+    assert problem(checks, [counts.as_dict()], training_rows=0, validation_rows=1) == (
+        "validationCol='v' is null in 2 row(s), so sparktf cannot tell whether they train "
+        "or validate. Fill the column (True: validation, False: training) or drop those "
+        "rows.")
