@@ -326,28 +326,50 @@ def test_a_per_token_output_as_the_prediction_is_refused_whatever_the_rows(spark
 
 
 def _embedding_gru(hp):
+    """Embedding (no mask_zero: padding changes the output) and a GRU, as a functional
+    model on Input((None,)), a Sequential without Input or a subclassed model: the last
+    two declare no input shape."""
     import keras
     keras.utils.set_random_seed(0)
-    ids = keras.Input((None,), dtype="int32")  # no mask_zero: padding changes the output
-    recurrent = keras.layers.GRU(3)(keras.layers.Embedding(10, 4)(ids))
-    model = keras.Model(ids, keras.layers.Dense(1)(recurrent))
+    layers = [keras.layers.Embedding(10, 4), keras.layers.GRU(3), keras.layers.Dense(1)]
+    if hp["form"] == "functional":
+        ids = keras.Input((None,), dtype="int32")
+        model = keras.Model(ids, layers[2](layers[1](layers[0](ids))))
+    elif hp["form"] == "sequential":
+        model = keras.Sequential(layers)
+    else:
+        class Recurrent(keras.Model):
+            def __init__(self):
+                super().__init__()
+                self.stack = layers
+
+            def call(self, ids):
+                for layer in self.stack:
+                    ids = layer(ids)
+                return ids
+
+        model = Recurrent()
     model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
     return model
 
 
-def test_an_rnn_on_an_input_of_length_none_trains_as_keras_and_scores_each_row_alone(spark):
+@pytest.mark.parametrize("form", ["functional", "sequential", "subclassed"])
+def test_an_rnn_on_an_input_of_length_none_trains_as_keras_and_scores_each_row_alone(
+        spark, form):
     """Found by review: the model was built from zero rows of width 0, so a GRU on an
     input of length None could not be fitted ("slice index 0 of dimension 1 out of
-    bounds"). Every batch of 8 holds a row of the longest length, so padding each batch
-    to its longest row is Keras's fit on the whole frame padded once."""
+    bounds"), nor (second review) on a model that declares no input, and a subclassed
+    pooling model was exported for rows of length 0. Every batch of 8 holds a row of the
+    longest length, so padding each batch to its longest row is Keras's fit on the whole
+    frame padded once."""
     import keras
     seqs = [[1, 2, 3], [4], [5, 6, 7, 8, 9, 1, 2], [3, 3]] * 10
     labels = np.array([len(s) for s in seqs], np.float32)
     df = spark.createDataFrame([(s, float(y)) for s, y in zip(seqs, labels)],
                                "features array<int>, label double").coalesce(1)
     model = TFEstimator(modelFn=_embedding_gru, numWorkers=1, epochs=2, batchSize=8,
-                        shuffle=False, verbose=0).fit(df)
-    oracle = _embedding_gru({})
+                        shuffle=False, verbose=0, hyperParams={"form": form}).fit(df)
+    oracle = _embedding_gru({"form": form})
     expected = oracle.fit(keras.utils.pad_sequences(seqs, padding="post"), labels,
                           batch_size=8, epochs=2, shuffle=False, verbose=0).history["loss"]
     print("sparktf", model.getHistory()["loss"], "keras", expected)

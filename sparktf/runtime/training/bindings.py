@@ -14,7 +14,7 @@ import math
 from typing import Sequence
 
 from sparktf.runtime import tensors
-from sparktf.runtime.columns import ColumnInfo, FeedError
+from sparktf.runtime.columns import ColumnInfo, FeedError, Padded
 from sparktf.runtime.training import keras_steps
 
 
@@ -47,9 +47,16 @@ class Bindings:
         return self._arranged(self._values(batch))
 
     def x_template(self, batch: dict):
-        """``x`` of a zero-row ``batch`` as symbolic tensors, unknown where the inputs
-        declare a dimension unknown (what builds the model before any row is read)."""
-        return self._arranged([keras_steps.symbolic(array, b.shape)
+        """``x`` of a zero-row ``batch`` as symbolic tensors (what builds the model before
+        any row is read): a dimension is unknown where the input declares it unknown, or,
+        for a model that declares no inputs (a Sequential without ``Input``, a subclassed
+        model), where the column's rows vary in length."""
+        def declared(b: InputBinding, array):
+            if b.shape is not None or not isinstance(batch[b.column], Padded):
+                return b.shape
+            return (None, *array.shape[2:])
+
+        return self._arranged([keras_steps.symbolic(array, declared(b, array))
                                for b, array in zip(self.inputs, self._values(batch))])
 
     def _values(self, batch: dict) -> list:
