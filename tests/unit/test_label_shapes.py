@@ -48,6 +48,13 @@ def test_one_value_per_row_for_a_vector_output_is_kept_as_keras_takes_it():
     assert bound.y({"y": np.zeros(2, np.int64)}).shape == (2,)
 
 
+def test_a_custom_losss_own_label_for_an_output_of_one_axis_goes_to_keras_as_it_is():
+    """Second review: [target, mask] for an output (1,), read by a custom loss, is what
+    Keras's fit accepts; it was refused."""
+    bound = bindings.bind(_model(1), ["x"], ["y"], {**X, "y": ColumnInfo("float64", (2,))})
+    assert bound.y({"y": np.zeros((3, 2))}).shape == (3, 2)
+
+
 @pytest.mark.parametrize("label, rows", [
     (ColumnInfo("float64", ()), r"float64 rows of shape \(\)"),
     (ColumnInfo("float64", (None,), longest=4), "float64 rows whose length varies"),

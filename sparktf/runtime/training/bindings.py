@@ -177,20 +177,22 @@ def _label_shapes(model, labels: list[str], outputs, names, infos: dict) -> tupl
 def _label_shape(label: str, info: ColumnInfo | None, shape: tuple | None):
     """The row shape ``label`` is reshaped to, or None to keep it as it comes: the
     output's shape when the label holds as many values a row (flat or nested), or
-    (sparse class labels) the output's shape but its last axis. One value a row for an
-    output of one axis is kept as Keras takes it (a class id); a label whose length
-    varies, or of another size, is refused naming the column and the output's shape."""
+    (sparse class labels) the output's shape but its last axis. For an output of one
+    axis any other label goes to Keras as it is (class ids; a custom loss's own labels,
+    such as ``[target, mask]``); for an output of more axes, a label whose length varies
+    or of another size is refused, naming the column and the output's shape."""
     if info is None or shape is None or any(d is None for d in shape):
         return None
     row = tuple(info.shape)
     size = math.prod(shape)
-    if row == tuple(shape) or (len(shape) < 2 and None not in row and math.prod(row) == 1):
+    if row == tuple(shape):
         return None
-    if None not in row:
-        if math.prod(row) == size:
-            return shape
-        if len(shape) >= 2 and math.prod(row) == math.prod(shape[:-1]):
-            return shape[:-1]
+    if None not in row and math.prod(row) == size:
+        return shape
+    if len(shape) < 2:
+        return None
+    if None not in row and math.prod(row) == math.prod(shape[:-1]):
+        return shape[:-1]
     raise FeedError(
         f"Label column '{label}' holds {info.rows()}, but its output declares shape "
         f"{shape} ({size} values a row). Give the label {size} values in every row (an "
