@@ -59,3 +59,17 @@ def digits_keyed(hparams):
     if not isinstance(hparams["shape"], tuple):
         raise TypeError(f"hyperParams['shape'] came back as {hparams['shape']!r}")
     return digits_sized({**hparams, "units": hparams["ids"][1]})
+
+
+def tf_keras_tokens_and_size(hparams):
+    """tf_keras: token ids of any length through a GRU, beside an input named größe (which
+    a SavedModel signature cannot hold as it is); inputs named after their columns."""
+    import tf_keras
+    tf_keras.utils.set_random_seed(0)
+    tokens = tf_keras.Input((None,), dtype="int32", name="tokens")
+    size = tf_keras.Input((1,), name="größe")
+    recurrent = tf_keras.layers.GRU(3)(tf_keras.layers.Embedding(10, 4)(tokens))
+    out = tf_keras.layers.Dense(1)(tf_keras.layers.Concatenate()([recurrent, size]))
+    model = tf_keras.Model([tokens, size], out)
+    model.compile(optimizer=tf_keras.optimizers.SGD(0.01), loss="mse")
+    return model

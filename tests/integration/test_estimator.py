@@ -226,6 +226,26 @@ def test_tf_keras_models_train_with_their_own_fit(spark, tmp_path):
     np.testing.assert_allclose(scored["prediction"], scored["label"], atol=0.2)
 
 
+def test_tf_keras_takes_tokens_of_any_length_and_an_input_named_grosse(spark):
+    """Found by the second review: a tf_keras model's dataset was typed from its first
+    batch (a later, longer batch failed), and an input named größe failed at export."""
+    import tensorflow as tf
+    seqs = [[1, 2, 3], [4], [5, 6, 7, 8, 9, 1, 2], [3, 3]] * 6
+    rows = [(s, float(i % 3), float(len(s))) for i, s in enumerate(seqs)]
+    df = spark.createDataFrame(rows, "tokens array<int>, `größe` double, label double")
+    model = TFEstimator(modelFn=models.tf_keras_tokens_and_size, inputCols=["größe", "tokens"],
+                        numWorkers=2, epochs=2, batchSize=4, verbose=0).fit(df)
+    mapping = model.getInputMapping()
+    assert mapping["tokens"] == "tokens" and mapping["größe"].isascii(), mapping
+    assert all(np.isfinite(model.getHistory()["loss"]))
+    serve = tf.saved_model.load(model.getModelPath()).signatures["serving_default"]
+    scored = model.transform(df.limit(8)).collect()
+    alone = [float(next(iter(serve(tokens=tf.constant([r.tokens], tf.int32), **{
+        mapping["größe"]: tf.constant([[r["größe"]]], tf.float32)}).values()))[0, 0])
+        for r in scored]
+    np.testing.assert_allclose([r.prediction for r in scored], alone, rtol=1e-5, atol=1e-6)
+
+
 def test_tensorboard_event_files_hold_the_epoch_scalars(spark, tmp_path):
     import glob
 

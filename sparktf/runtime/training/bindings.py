@@ -51,13 +51,14 @@ class Bindings:
         any row is read): a dimension is unknown where the input declares it unknown, or,
         for a model that declares no inputs (a Sequential without ``Input``, a subclassed
         model), where the column's rows vary in length."""
-        def declared(b: InputBinding, array):
-            if b.shape is not None or not isinstance(batch[b.column], Padded):
-                return b.shape
-            return (None, *array.shape[2:])
-
-        return self._arranged([keras_steps.symbolic(array, declared(b, array))
+        return self._arranged([_symbolic(batch[b.column], array, b.shape)
                                for b, array in zip(self.inputs, self._values(batch))])
+
+    def y_template(self, batch: dict):
+        """``y`` of a zero-row ``batch`` as symbolic tensors, unknown where rows vary."""
+        labels = [batch[c] for c in self.labels]
+        return self.arrange_labels([_symbolic(column, array, None)
+                                    for column, array in zip(labels, self._labels(batch))])
 
     def _values(self, batch: dict) -> list:
         return [tensors.to_input(batch[b.column], b.column, b.shape, b.dtype, b.fixed)
@@ -69,9 +70,12 @@ class Bindings:
         return values[0] if len(values) == 1 else tuple(values)
 
     def y(self, batch: dict):
+        return self.arrange_labels(self._labels(batch))
+
+    def _labels(self, batch: dict) -> list:
         shapes = self.label_shapes or (None,) * len(self.labels)
-        return self.arrange_labels([_reshaped(tensors.to_label(batch[c]), shape)
-                                    for c, shape in zip(self.labels, shapes)])
+        return [_reshaped(tensors.to_label(batch[c]), shape)
+                for c, shape in zip(self.labels, shapes)]
 
     def arrange_labels(self, values: list):
         """The label columns' values (in ``labels`` order) as the model's outputs take them."""
@@ -150,6 +154,14 @@ def bind(model, feature_columns: Sequence[str], label_columns: Sequence[str],
                     isinstance(getattr(model, "_outputs_struct", None), dict),
                     tuple(names or ()),
                     _label_shapes(model, list(label_columns), outputs, names, infos))
+
+
+def _symbolic(column, array, declared):
+    """``keras_steps.symbolic`` of a zero-row column as fed (``array``): unknown where
+    ``declared`` (None: nothing declared) is, or else along the rows' varying length."""
+    if declared is None and isinstance(column, Padded):
+        declared = (None, *array.shape[2:])
+    return keras_steps.symbolic(array, declared)
 
 
 def _reshaped(labels, shape):

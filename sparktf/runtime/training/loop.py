@@ -240,7 +240,7 @@ def _export(model, spec: TrainSpec, ctx) -> tuple[str, dict[str, str]]:
     with tempfile.TemporaryDirectory(prefix="sparktf-export-") as local:
         path = os.path.join(local, SAVED_MODEL)
         if keras_steps.is_tf_keras(model):
-            model.export(path)
+            renamed = _export_tf_keras(model, path)
         else:
             renamed = _export_saved_model(model, path)
         model.save(os.path.join(local, KERAS_FILE))
@@ -280,6 +280,32 @@ def _export_saved_model(model, path: str) -> dict[str, str]:
 
     archive.add_endpoint("serve", serve, signature)
     archive.write_out(path, verbose=False)
+    return renamed
+
+
+def _export_tf_keras(model, path: str) -> dict[str, str]:
+    """tf_keras' ``model.export``, with the inputs named as a signature can name them;
+    returns input name -> signature name for the inputs renamed."""
+    import tensorflow as tf
+    import tf_keras
+
+    inputs = getattr(model, "inputs", None)
+    renamed = signature_names([t.name for t in tf.nest.flatten(inputs)]) if inputs else {}
+    if not renamed:
+        model.export(path)
+        return renamed
+
+    def named(tensor):  # as tf_keras' export_lib.export_model, renamed
+        return tf.TensorSpec(tensor.shape, tensor.dtype,
+                             name=renamed.get(tensor.name, tensor.name))
+
+    signature = tf.nest.map_structure(named, inputs)
+    archive = tf_keras.export.ExportArchive()
+    archive.track(model)
+    archive.add_endpoint("serve", model.__call__,
+                         [signature] if isinstance(signature, list) and len(signature) > 1
+                         else signature)
+    archive.write_out(path)
     return renamed
 
 

@@ -82,10 +82,11 @@ class TrainSpec:
 
     def template(self, feed_spec: dict, bindings: Bindings) -> tuple:
         """A zero-row batch with the columns' shapes and dtypes (``ctx.feedSpec``): what
-        builds the model's variables before any row is read. Its inputs are symbolic,
-        unknown where the model declares a dimension unknown."""
+        builds the model's variables before any row is read. Its inputs and labels are
+        symbolic: unknown where the model declares a dimension unknown or rows vary."""
         batch = feed.empty_batch(self.columns, feed_spec)
-        return (bindings.x_template(batch), *self.step_data(batch, bindings)[1:])
+        return (bindings.x_template(batch), bindings.y_template(batch),
+                *self.step_data(batch, bindings)[2:])
 
 
 def class_weights(labels: np.ndarray, class_weight: dict) -> np.ndarray:

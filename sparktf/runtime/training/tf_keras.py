@@ -11,6 +11,8 @@ from __future__ import annotations
 import itertools
 import time
 
+import numpy as np
+
 from sparktf._protocol import heartbeats
 from sparktf.errors import InvalidInputError
 from sparktf.runtime import feed
@@ -27,11 +29,13 @@ def _dataset(strategy, shard, sizes, spec, bound, infos, shuffle: bool):
         for epoch in itertools.count():
             yield from spec.batches(shard, sizes, bound, epoch if shuffle else None, infos)
 
-    def spec_of(a):
+    def spec_of(a):  # a zero-row array, or a symbolic input unknown where rows vary
+        if not isinstance(a, np.ndarray):
+            return tf.TensorSpec(a.shape, tf.as_dtype(a.dtype))
         return tf.TensorSpec((None,) + a.shape[1:],
                              tf.string if a.dtype == object else tf.as_dtype(a.dtype))
 
-    signature = tf.nest.map_structure(spec_of, next(epoch_batches()))
+    signature = tf.nest.map_structure(spec_of, spec.template(infos, bound))
 
     def make(_input_context):
         return tf.data.Dataset.from_generator(epoch_batches, output_signature=signature) \
