@@ -190,7 +190,7 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
             inputs, outputs = inference.describe(path, self.getSignature())
         except KeyError as e:
             raise InvalidInputError(str(e.args[0])) from e
-        bindings = self._input_bindings(inputs, df_schema)
+        bindings = self._input_bindings(inputs, df_schema, inference.input_names(path))
         spec = dict(model_path=path, signature=self.getSignature(),
                     batch_size=self.getBatchSize(), inputs=bindings, use_gpu=self.getUseGpu(),
                     pad_length=self.getPadLength())
@@ -202,11 +202,14 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
                 name, self.getPredictionCol(), inference.per_row_kind(shape), dtype),))
         return inference.ScoreSpec(**spec, prediction=self._prediction_columns(outputs))
 
-    def _input_bindings(self, inputs: dict, df_schema) -> tuple:
+    def _input_bindings(self, inputs: dict, df_schema, renamed: dict) -> tuple:
+        """``renamed``: signature input -> model input, where the signature could not keep
+        the model's name (``inference.input_names``)."""
         mapping = self.getInputMapping()
+        named = {renamed.get(name, name): name for name in inputs}  # model input -> signature
         if not mapping and not self.isSet(self.inputCols) and df_schema is not None and \
-                len(inputs) > 1 and set(inputs) <= set(df_schema.fieldNames()):
-            mapping = {name: name for name in inputs}  # inputs named after columns
+                len(inputs) > 1 and set(named) <= set(df_schema.fieldNames()):
+            mapping = named  # inputs named after columns
         if not mapping:
             columns = self.featureColumns()
             if len(columns) != len(inputs):

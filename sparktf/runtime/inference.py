@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import gc
 import hashlib
+import json
 import os
 import shutil
 import tempfile
@@ -195,6 +196,18 @@ def describe(model_path: str, signature: str) -> tuple[dict, dict]:
     with _DESCRIPTIONS_LOCK:
         _DESCRIPTIONS[key] = described
     return described
+
+
+# signature input -> the model input it takes, where TensorFlow could not keep the name
+# (größe -> gr__e); written by fit beside the SavedModel's own files
+INPUT_NAMES = os.path.join("assets.extra", "sparktf_input_names.json")
+
+
+def input_names(model_path: str) -> dict[str, str]:
+    """Signature input -> model input name, for the inputs fit renamed in the signature
+    (empty for any other SavedModel)."""
+    path = storage.join(model_path, INPUT_NAMES)
+    return json.loads(storage.read_bytes(path)) if storage.exists(path) else {}
 
 
 def _read_signature(model_path: str, signature: str) -> tuple[dict, dict]:

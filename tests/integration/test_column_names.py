@@ -122,6 +122,14 @@ def test_input_mapping_takes_such_names_for_a_string_input(frame, fitted, expect
     _assert_scores(_by_id(scored.collect(), OTHER_PREDICTION), expected)
 
 
+def test_a_bare_tfmodel_feeds_inputs_named_after_such_columns_by_name(frame, fitted,
+                                                                        expected):
+    """Second review: TFModel(modelPath) alone (as from MLflow's runs:/) could not bind a
+    column to an input the signature had renamed; the SavedModel now says which."""
+    bare = TFModel(modelPath=fitted.getModelPath(), predictionCol=OTHER_PREDICTION)
+    _assert_scores(_by_id(bare.transform(frame).collect(), OTHER_PREDICTION), expected)
+
+
 def test_features_col_takes_such_a_name(frame, tmp_path):
     """Without a fit: a plain TensorFlow SavedModel summing its input."""
     import tensorflow as tf

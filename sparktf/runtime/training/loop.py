@@ -5,6 +5,7 @@ Keras's validation pass, the export and the chief's answer to the driver."""
 from __future__ import annotations
 
 import collections
+import json
 import os
 import re
 import tempfile
@@ -243,11 +244,16 @@ def _export(model, spec: TrainSpec, ctx) -> tuple[str, dict[str, str]]:
             renamed = _export_tf_keras(model, path)
         else:
             renamed = _export_saved_model(model, path)
+        back = {signature: name for name, signature in renamed.items()}
+        if back:  # so that a bare TFModel(modelPath) still feeds inputs by name
+            os.makedirs(os.path.dirname(os.path.join(path, inference.INPUT_NAMES)),
+                        exist_ok=True)
+            with open(os.path.join(path, inference.INPUT_NAMES), "w") as f:
+                json.dump(back, f)
         model.save(os.path.join(local, KERAS_FILE))
         names = list(inference.describe(path, "serving_default")[0])
         if ctx.isChief:
             storage.put_dir(local, target)
-    back = {signature: name for name, signature in renamed.items()}
     return target, {name: back.get(name, name) for name in names}
 
 
