@@ -122,6 +122,13 @@ def translate(exc: Exception | None, errors: dict[int, dict], what: str) -> Spar
         # the driver saw only connections end, or peers lose the worker that was on the
         # lost executor: Spark says why (the executor died)
         errors = {}
+    computing = _input_failure(str(exc)) if exc is not None else None
+    if computing and not any(not info.get("invalid_input") and not info.get("lost_channel")
+                             for info in errors.values()):
+        # the rows stopped coming because Spark failed to compute them: what the tasks
+        # made of the rows they had (none, too few) is not the cause
+        return InvalidInputError(f"Spark could not compute the DataFrame given to {what} "
+                                 f"(its own plan failed as the tasks read it): {computing}")
     invalid = [info for _, info in sorted(errors.items()) if info.get("invalid_input")]
     if invalid:  # the data is at fault, and every task said so
         return InvalidInputError(invalid[0].get("message", ""))
@@ -154,6 +161,25 @@ def translate(exc: Exception | None, errors: dict[int, dict], what: str) -> Spar
                             f"again. Spark said: {said}")
     return SparkTFError(f"{what}'s barrier stage failed before any task reported an error. "
                         f"Spark said: {first_line(text)}")
+
+
+# A JVM exception line (a package-qualified class): "org.apache.spark.SparkRuntimeException:
+# [CAST_INVALID_INPUT] ..."; a barrier stage's own "Job aborted" line says nothing of why
+_JVM_EXCEPTION = re.compile(r"^(?:Caused by: )?(?:[a-z]\w*\.)+[A-Z]\w*(?:Exception|Error): .+")
+
+
+def _input_failure(text: str) -> str | None:
+    """What failed in Spark itself (the DataFrame's plan: a cast, a read) before the rows
+    reached the tasks' Python, from Spark's report of a failed stage; None when the stage
+    failed in Python (a task's own error), by losing an executor, or by cancellation."""
+    if is_executor_lost(text) or _CANCELLED.search(text):
+        return None
+    head = text.split("org.apache.spark.api.python.PythonException")[0]
+    for line in head.splitlines():
+        line = line.strip().lstrip(": ")
+        if _JVM_EXCEPTION.match(line) and "Job aborted" not in line:
+            return line[:500]
+    return None
 
 
 def _lost_line(text: str) -> str:

@@ -102,6 +102,18 @@ def check_weight_column(schema: T.StructType, column: str) -> None:
                                 "number per row (Keras's sample_weight).")
 
 
+def check_validation_column(schema: T.StructType, column: str) -> None:
+    """Raises ``InvalidInputError`` unless ``column`` is a boolean or numeric column of
+    ``schema`` (true or non-zero: a validation row)."""
+    check_feedable(schema, [column], "validation")
+    if column_kind(schema[column].dataType) != "numeric":
+        dtype = schema[column].dataType.simpleString()
+        raise InvalidInputError(
+            f"The validation column '{column}' has type {dtype}; it must be boolean (true: "
+            "a validation row) or a number (non-zero: a validation row). Derive one, e.g. "
+            f"df.withColumn('held_out', F.col('{column}') == 'valid').")
+
+
 def check_against_input(schema: T.StructType, column: str, input_name: str, shape: tuple,
                         dtype: str) -> None:
     """Raises ``InvalidInputError`` when the column's Spark type cannot become the signature

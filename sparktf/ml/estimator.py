@@ -267,8 +267,7 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                                     f"Received: validationCol={self.getValidationCol()!r}, "
                                     f"validationFraction={self.getValidationFraction()}")
         if self.isSet(self.validationCol):
-            schema_checks.check_feedable(dataset.schema, [self.getValidationCol()],
-                                         "validation")
+            schema_checks.check_validation_column(dataset.schema, self.getValidationCol())
         weight = self.getWeightColOrNone()
         if weight is not None:
             if self.getClassWeight() is not None:

@@ -201,6 +201,9 @@ def test_cpu_fallback_is_logged(spark, caplog):
     ("features array<double>, label double, v boolean",
      [([1.0, 2.0], 1.0, True), ([1.0, 2.0], 1.0, False), ([1.0, 2.0], 1.0, None)],
      {"validationCol": "v"}, r"validationCol='v' is null in 1 row\(s\)"),
+    # second review: 'train'/'valid' strings were cast to null (a misleading message)
+    ("features array<double>, label double, v string", [([1.0, 2.0], 1.0, "valid")],
+     {"validationCol": "v"}, "validation column 'v' has type string; it must be boolean"),
 ])
 def test_bad_weights_are_refused_on_the_driver(spark, ddl, rows, kw, fragment):
     df = spark.createDataFrame(rows, ddl)
@@ -238,3 +241,16 @@ def test_what_keras_refuses_with_several_outputs_is_refused_before_any_job(spark
     _est(labelCols=["a", "a_prediction"], outputMapping={"x": "y"})._validate(
         clashing, ["features"])
     assert spark.sparkContext.statusTracker().getJobIdsForGroup() == jobs
+
+
+def test_a_dataframe_whose_own_plan_fails_is_reported_with_sparks_reason(spark):
+    """Found by the second review: a cast that fails in the frame's plan (ANSI mode) was
+    reported as "failed before any task reported an error. Spark said: An error occurred
+    while calling o212.collectToPython", or as an empty DataFrame."""
+    from pyspark.sql import functions as F
+    rows = [([1.0, 2.0], "1.5")] * 7 + [([1.0, 2.0], "abc")]
+    df = spark.createDataFrame(rows, "features array<double>, s string").repartition(2)
+    with pytest.raises(sparktf.InvalidInputError,
+                       match=r"Spark could not compute the DataFrame given to TFEstimator.fit"
+                             r".*\[CAST_INVALID_INPUT\] The value 'abc'"):
+        _est().fit(df.withColumn("label", F.col("s").cast("double")))

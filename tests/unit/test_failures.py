@@ -105,3 +105,43 @@ def test_a_lost_executor_explains_the_peers_that_lost_their_collective():
     raised = {"message": "ValueError: bad rows", "role": "worker:0"}
     error = failures.translate(spark, {0: raised}, "TFEstimator.fit")
     assert isinstance(error, TaskFailedError) and "ValueError: bad rows" in error.message
+
+
+CAST_FAILED = (
+    "An error occurred while calling o212.collectToPython.\n"
+    ": org.apache.spark.SparkException: Job aborted due to stage failure: Could not recover "
+    "from a failed barrier ResultStage. Most recent failure reason: Stage failed because "
+    "barrier task ResultTask(0, 0) finished unsuccessfully.\n"
+    "org.apache.spark.SparkRuntimeException: [CAST_INVALID_INPUT] The value 'train' of the "
+    "type \"STRING\" cannot be cast to \"BOOLEAN\" because it is malformed. SQLSTATE: 22018\n"
+    "== DataFrame ==\n\"cast\" was called from\n/work/main/sparktf/ml/estimator.py:372\n\n"
+    "\tat org.apache.spark.sql.errors.QueryExecutionErrors$.invalidInputInCastToNumberError"
+    "(QueryExecutionErrors.scala:147)\n")
+
+
+@pytest.mark.parametrize("errors", [
+    {},  # the tasks saw the input end and said nothing
+    # or they judged the rows they had seen, which were cut short ("no rows")
+    {0: {"invalid_input": True, "role": "worker:0",
+         "message": "The DataFrame given to fit has no rows."}}])
+def test_a_failure_computing_the_input_is_reported_with_sparks_reason(errors):
+    """Found by the second review: a cast that failed in the plan of fit's DataFrame was
+    reported as "failed before any task reported an error. Spark said: An error occurred
+    while calling o212.collectToPython", or as "The DataFrame given to fit has no rows"."""
+    error = failures.translate(Exception(CAST_FAILED), errors, "TFEstimator.fit")
+    assert isinstance(error, InvalidInputError), error
+    assert "could not compute the DataFrame given to TFEstimator.fit" in str(error)
+    assert "[CAST_INVALID_INPUT] The value 'train'" in str(error)
+
+
+def test_a_task_s_own_python_error_is_not_taken_for_a_failure_computing_the_input():
+    text = ("An error occurred while calling o9.collectToPython.\n"
+            ": org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 "
+            "failed: org.apache.spark.api.python.PythonException: Traceback (most recent "
+            "call last):\n  File \"x.py\", line 1\n"
+            "tensorflow.python.framework.errors_impl.InvalidArgumentError: bad\n")
+    error = failures.translate(Exception(text), {}, "TFEstimator.fit")
+    assert not isinstance(error, InvalidInputError)
+    raised = {0: {"message": "ValueError: bad rows", "role": "worker:0"}}
+    assert isinstance(failures.translate(Exception(text), raised, "TFEstimator.fit"),
+                      TaskFailedError)
