@@ -192,7 +192,13 @@ def _lost_line(text: str) -> str:
 
 
 def first_line(text: str) -> str:
-    for line in text.splitlines():
-        if line.strip():
-            return line.strip()[:500]
-    return text[:500]
+    """The first line that says something: not Py4J's "An error occurred while calling
+    o212.collectToPython." (it names only the call)."""
+    lines = [line.strip().lstrip(": ") for line in text.splitlines() if line.strip()]
+    for line in lines:
+        if not _PY4J_CALL.match(line):
+            return line[:500]
+    return lines[0][:500] if lines else text[:500]
+
+
+_PY4J_CALL = re.compile(r"An error occurred while calling \S+\.?$")

@@ -145,3 +145,11 @@ def test_a_task_s_own_python_error_is_not_taken_for_a_failure_computing_the_inpu
     raised = {0: {"message": "ValueError: bad rows", "role": "worker:0"}}
     assert isinstance(failures.translate(Exception(text), raised, "TFEstimator.fit"),
                       TaskFailedError)
+
+
+def test_spark_said_skips_py4js_line_that_names_only_the_call():
+    text = ("An error occurred while calling o5.collectToPython.\n"
+            ": org.apache.spark.SparkException: Job aborted due to stage failure: odd\n")
+    error = failures.translate(Exception(text), {}, "TFEstimator.fit")
+    assert "Spark said: org.apache.spark.SparkException: Job aborted due to stage failure: " \
+           "odd" in str(error)
