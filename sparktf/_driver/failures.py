@@ -123,10 +123,10 @@ def translate(exc: Exception | None, errors: dict[int, dict], what: str) -> Spar
         # lost executor: Spark says why (the executor died)
         errors = {}
     computing = _input_failure(str(exc)) if exc is not None else None
-    if computing and not any(not info.get("invalid_input") and not info.get("lost_channel")
-                             for info in errors.values()):
+    if computing and all(info.get("invalid_input") or info.get("reading") or
+                         info.get("lost_channel") for info in errors.values()):
         # the rows stopped coming because Spark failed to compute them: what the tasks
-        # made of the rows they had (none, too few) is not the cause
+        # made of the rows they had (none, too few, a stream cut short) is not the cause
         return InvalidInputError(f"Spark could not compute the DataFrame given to {what} "
                                  f"(its own plan failed as the tasks read it): {computing}")
     invalid = [info for _, info in sorted(errors.items()) if info.get("invalid_input")]

@@ -186,7 +186,8 @@ def _share_rows(spec, exchange: _Exchange, rank, role, events: EventClient,
     events.phase("data received")
     shard, held_out, counts = intake.shard, intake.held_out, intake.counts
     if intake.unusable is not None and counts is None:
-        _fail(events, rank, role, *intake.unusable[:2], "", invalid_input=intake.unusable[2])
+        _fail(events, rank, role, *intake.unusable[:2], "", invalid_input=intake.unusable[2],
+              reading=True)
     mine = {"rows": shard.num_rows if shard else 0,
             "validation_rows": held_out.num_rows if held_out else 0,
             "checks": counts.as_dict() if counts is not None else None,
@@ -199,7 +200,8 @@ def _share_rows(spec, exchange: _Exchange, rank, role, events: EventClient,
     if problem is not None:  # every task found it: refuse before training
         _fail(events, rank, role, problem, "", "", invalid_input=True)
     if intake.unusable is not None:
-        _fail(events, rank, role, *intake.unusable[:2], "", invalid_input=intake.unusable[2])
+        _fail(events, rank, role, *intake.unusable[:2], "", invalid_input=intake.unusable[2],
+              reading=True)
     return arrival.Share(numRows=mine["rows"], allNumRows=tuple(g["rows"] for g in gathered),
                          shard=shard, validationShard=held_out,
                          allValidationRows=tuple(g["validation_rows"] for g in gathered),
@@ -318,16 +320,19 @@ def _peak_rss_kb() -> int:
 
 
 def _fail(events: EventClient, rank: int, role, message: str, tb: str, tail: str,
-          invalid_input: bool = False):
+          invalid_input: bool = False, reading: bool = False):
     """Reports a failure to the driver (acknowledged), then ends the task quietly
     (``JobEnded``): the driver raises it and ends the other tasks. A task that cannot
     reach the driver fails the barrier stage instead, and Spark carries the error.
 
-    ``invalid_input``: the user's data is at fault (the driver raises InvalidInputError)."""
+    ``invalid_input``: the user's data is at fault (the driver raises InvalidInputError).
+    ``reading``: the task failed reading its rows (the input may have been cut short by
+    Spark failing to compute them, which the driver then reports instead)."""
     if cluster.is_port_conflict(message):
         message = PORT_CONFLICT_PREFIX + message
     if events.send({"kind": "error", "role": str(role), "message": message, "traceback": tb,
-                    "log_tail": tail, "invalid_input": invalid_input, "ack": True},
+                    "log_tail": tail, "invalid_input": invalid_input, "reading": reading,
+                    "ack": True},
                    wait_ack=True):
         raise JobEnded(message)  # the driver raises it, and stops the other tasks
     raise TaskFailedError(rank, str(role), message, tb, tail)
