@@ -70,8 +70,8 @@ def check_labels(model, spec: TrainSpec, ctx) -> None:
             continue
         for chunk in feed.read_chunks(shard, [spec.label_column]):
             labels = chunk[spec.label_column]
-            if labels.ndim != 1 or not len(labels):
-                return  # array labels: nothing to index
+            if not isinstance(labels, np.ndarray) or labels.ndim != 1 or not len(labels):
+                return  # array labels (of any length): nothing to index
             lows.append(float(labels.min()))
             highs.append(float(labels.max()))
             integral &= bool(np.all(np.mod(labels, 1) == 0))
