@@ -374,6 +374,10 @@ def test_an_rnn_on_an_input_of_length_none_trains_as_keras_and_scores_each_row_a
                           batch_size=8, epochs=2, shuffle=False, verbose=0).history["loss"]
     print("sparktf", model.getHistory()["loss"], "keras", expected)
     np.testing.assert_allclose(model.getHistory()["loss"], expected, rtol=1e-5)
+    if form == "subclassed":  # typed as the column, not as Keras's float32 default
+        from sparktf.runtime import inference
+        assert list(inference.describe(model.getModelPath(), "serving_default")[0].values()) \
+            == [((None,), "int32")]
     scored = model.transform(df.limit(4)).collect()
     alone = [oracle.predict(np.array([r.features]), verbose=0)[0, 0] for r in scored]
     np.testing.assert_allclose([r.prediction for r in scored], alone, rtol=1e-5, atol=1e-6)
@@ -425,3 +429,40 @@ def test_per_token_labels_of_varying_length_train_as_keras(spark):
         shuffle=False, verbose=0).history["loss"]
     print("sparktf", model.getHistory()["loss"], "keras", expected)
     np.testing.assert_allclose(model.getHistory()["loss"], expected, rtol=1e-5)
+
+
+def _subclassed_words(hp):
+    import keras
+    keras.utils.set_random_seed(0)
+
+    class Words(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.lookup = keras.layers.StringLookup(vocabulary=["a", "b", "c"])
+            self.embed = keras.layers.Embedding(5, 4)
+            self.pool = keras.layers.GlobalAveragePooling1D()
+            self.out = keras.layers.Dense(1)
+
+        def call(self, words):
+            return self.out(self.pool(self.embed(self.lookup(words))))
+
+    model = Words()
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+    return model
+
+
+def test_a_subclassed_model_on_words_of_any_length_scores_them(spark):
+    """Found by the second review: a model that declares no input was exported with
+    Keras's float32 input, so a subclassed model over words trained and then could not
+    score ("cannot feed input 'args_0' declares dtype float32")."""
+    words = [["a", "b"], ["c"], ["a", "a", "b", "c"], ["b"]] * 4
+    df = spark.createDataFrame([(w, float(len(w))) for w in words],
+                               "features array<string>, label double").coalesce(1)
+    model = TFEstimator(modelFn=_subclassed_words, numWorkers=1, epochs=1, batchSize=4,
+                        verbose=0).fit(df)
+    import tensorflow as tf
+    serve = tf.saved_model.load(model.getModelPath()).signatures["serving_default"]
+    scored = model.transform(df.limit(4)).collect()
+    alone = [float(next(iter(serve(tf.constant([r.features])).values()))[0, 0])
+             for r in scored]
+    np.testing.assert_allclose([r.prediction for r in scored], alone, rtol=1e-5, atol=1e-6)

@@ -35,7 +35,8 @@ def chief_result(model, spec: TrainSpec, ctx, history: dict,
                  bound: binding.Bindings) -> dict | None:
     """Exports the trained model; the chief's answer to the driver (None elsewhere)."""
     with heartbeats.Heartbeat(ctx).during("exporting", spec.epochs):
-        exported, signature_inputs = _export(model, spec, ctx)
+        inputs = bound.x_template(feed.empty_batch(spec.columns, ctx.feedSpec))
+        exported, signature_inputs = _export(model, spec, ctx, inputs)
     ctx.phase("exported")
     if not ctx.isChief:
         return None
@@ -228,8 +229,9 @@ def callback_list(callbacks, model, epochs: int, steps: int):
                                         steps=steps, verbose=0)
 
 
-def _export(model, spec: TrainSpec, ctx) -> tuple[str, dict[str, str]]:
+def _export(model, spec: TrainSpec, ctx, inputs) -> tuple[str, dict[str, str]]:
     """Every worker exports (the chief's copy is kept): SavedModel for serving, .keras file.
+    ``inputs``: ``x`` as the columns feed it (``Bindings.x_template``).
 
     Returns the export URI and, for each input of the serving signature, the model input
     it takes (the same name unless TensorFlow could not name it: ``signature_names``). A
@@ -243,7 +245,7 @@ def _export(model, spec: TrainSpec, ctx) -> tuple[str, dict[str, str]]:
         if keras_steps.is_tf_keras(model):
             renamed = _export_tf_keras(model, path)
         else:
-            renamed = _export_saved_model(model, path)
+            renamed = _export_saved_model(model, path, inputs)
         back = {signature: name for name, signature in renamed.items()}
         if back:  # so that a bare TFModel(modelPath) still feeds inputs by name
             os.makedirs(os.path.dirname(os.path.join(path, inference.INPUT_NAMES)),
@@ -257,15 +259,20 @@ def _export(model, spec: TrainSpec, ctx) -> tuple[str, dict[str, str]]:
     return target, {name: back.get(name, name) for name in names}
 
 
-def _export_saved_model(model, path: str) -> dict[str, str]:
+def _export_saved_model(model, path: str, inputs=None) -> dict[str, str]:
     """Keras's ``model.export``, with several outputs named after the model's outputs and
     the inputs named as a signature can name them; returns input name -> signature name
-    for the inputs renamed."""
+    for the inputs renamed. A model that declares no inputs (subclassed) takes them as
+    ``inputs`` (symbolic ``x``) says, where Keras would make every input float32."""
     import keras
     import tensorflow as tf
     from keras.src.export.export_utils import get_input_signature
 
-    specs = get_input_signature(model)
+    if inputs is not None and not binding.declared_inputs(model):
+        specs = [tf.nest.map_structure(
+            lambda t: tf.TensorSpec(t.shape, tf.as_dtype(t.dtype)), inputs)]
+    else:
+        specs = get_input_signature(model)
     names = [s.name for s in tf.nest.flatten(specs) if getattr(s, "name", None)]
     renamed = signature_names(names)
 
