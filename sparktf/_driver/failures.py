@@ -122,13 +122,12 @@ def translate(exc: Exception | None, errors: dict[int, dict], what: str) -> Spar
         # the driver saw only connections end, or peers lose the worker that was on the
         # lost executor: Spark says why (the executor died)
         errors = {}
-    computing = _input_failure(str(exc)) if exc is not None else None
+    computing = input_failure(exc, what)
     if computing and all(info.get("invalid_input") or info.get("reading") or
                          info.get("lost_channel") for info in errors.values()):
         # the rows stopped coming because Spark failed to compute them: what the tasks
         # made of the rows they had (none, too few, a stream cut short) is not the cause
-        return InvalidInputError(f"Spark could not compute the DataFrame given to {what} "
-                                 f"(its own plan failed as the tasks read it): {computing}")
+        return computing
     invalid = [info for _, info in sorted(errors.items()) if info.get("invalid_input")]
     if invalid:  # the data is at fault, and every task said so
         return InvalidInputError(invalid[0].get("message", ""))
@@ -160,12 +159,34 @@ def translate(exc: Exception | None, errors: dict[int, dict], what: str) -> Spar
                             "thread the fit raises KeyboardInterrupt). Nothing failed: run it "
                             f"again. Spark said: {said}")
     return SparkTFError(f"{what}'s barrier stage failed before any task reported an error. "
-                        f"Spark said: {first_line(text)}")
+                        f"Spark said: {_python_error(text) or first_line(text)}")
 
 
-# A JVM exception line (a package-qualified class): "org.apache.spark.SparkRuntimeException:
-# [CAST_INVALID_INPUT] ..."; a barrier stage's own "Job aborted" line says nothing of why
-_JVM_EXCEPTION = re.compile(r"^(?:Caused by: )?(?:[a-z]\w*\.)+[A-Z]\w*(?:Exception|Error): .+")
+def input_failure(exc: Exception | None, what: str) -> InvalidInputError | None:
+    """The error for ``exc`` when it says Spark failed computing the DataFrame given to
+    ``what`` (its plan: a cast, a read), else None."""
+    if exc is None:
+        return None
+    computing = _input_failure(str(exc))
+    said = first_line(str(exc))
+    if computing is None and type(exc).__module__.startswith("pyspark.errors") and \
+            _ERROR_CLASS.match(said) and not _PLATFORM.search(said):
+        computing = f"{type(exc).__name__}: {said}"  # as PySpark raises it (a write)
+    if computing is None:
+        return None
+    return InvalidInputError(f"Spark could not compute the DataFrame given to {what} (its "
+                             f"own plan failed as it was read): {computing}")
+
+
+# A JVM exception line with a Spark SQL error class, as Spark reports a plan that failed:
+# "org.apache.spark.SparkRuntimeException: [CAST_INVALID_INPUT] ...", "...SparkException:
+# [FAILED_READ_FILE.FILE_NOT_EXIST] ..."; not the stage's own "Job aborted" line, and not
+# what the platform's failures say (a fetch, a Python worker)
+_JVM_EXCEPTION = re.compile(
+    r"^(?:Caused by: )?(?:[a-z]\w*\.)+[A-Z]\w*(?:Exception|Error): \[[A-Z][A-Z0-9_.]*\] .+")
+_ERROR_CLASS = re.compile(r"\[[A-Z][A-Z0-9_.]*\] ")
+_PLATFORM = re.compile(r"Job aborted|FetchFailed|Python worker|PYTHON_WORKER|connect back",
+                       re.IGNORECASE)
 
 
 def _input_failure(text: str) -> str | None:
@@ -177,9 +198,24 @@ def _input_failure(text: str) -> str | None:
     head = text.split("org.apache.spark.api.python.PythonException")[0]
     for line in head.splitlines():
         line = line.strip().lstrip(": ")
-        if _JVM_EXCEPTION.match(line) and "Job aborted" not in line:
+        if _JVM_EXCEPTION.match(line) and not _PLATFORM.search(line):
             return line[:500]
     return None
+
+
+def _python_error(text: str) -> str | None:
+    """The exception line of a Python traceback in Spark's report (a Python UDF of the
+    DataFrame's plan that raised: "ValueError: boom"), else None."""
+    _, marker, rest = text.partition("org.apache.spark.api.python.PythonException")
+    if not marker:
+        return None
+    last = None
+    for line in rest.splitlines()[1:]:
+        if line.startswith("\tat ") or line.startswith("== "):
+            break
+        if line.strip() and not line[0].isspace():
+            last = line.strip()
+    return last[:500] if last else None
 
 
 def _lost_line(text: str) -> str:

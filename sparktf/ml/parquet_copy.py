@@ -40,6 +40,7 @@ import time
 import uuid
 from typing import Iterator
 
+from sparktf._driver import failures
 from sparktf.runtime import storage
 
 logger = logging.getLogger("sparktf")
@@ -114,7 +115,13 @@ def _make(frame, folder: str, name: str, wanted: dict, plan: str) -> tuple[str, 
 
 
 def _write(frame, uri: str, num_workers: int) -> None:
-    frame.repartition(2 * num_workers).write.mode("overwrite").parquet(uri)
+    try:
+        frame.repartition(2 * num_workers).write.mode("overwrite").parquet(uri)
+    except Exception as e:  # the frame's own plan failed: say so, as a fit in stream mode
+        error = failures.input_failure(e, "TFEstimator.fit")
+        if error is None:
+            raise
+        raise error from e
 
 
 def _found(folder: str, name: str, wanted: dict) -> str | None:

@@ -243,7 +243,8 @@ def test_what_keras_refuses_with_several_outputs_is_refused_before_any_job(spark
     assert spark.sparkContext.statusTracker().getJobIdsForGroup() == jobs
 
 
-def test_a_dataframe_whose_own_plan_fails_is_reported_with_sparks_reason(spark):
+@pytest.mark.parametrize("mode", ["stream", "parquet"])
+def test_a_dataframe_whose_own_plan_fails_is_reported_with_sparks_reason(spark, mode):
     """Found by the second review: a cast that fails in the frame's plan (ANSI mode) was
     reported as "failed before any task reported an error. Spark said: An error occurred
     while calling o212.collectToPython", or as an empty DataFrame."""
@@ -253,4 +254,4 @@ def test_a_dataframe_whose_own_plan_fails_is_reported_with_sparks_reason(spark):
     with pytest.raises(sparktf.InvalidInputError,
                        match=r"Spark could not compute the DataFrame given to TFEstimator.fit"
                              r".*\[CAST_INVALID_INPUT\] The value 'abc'"):
-        _est().fit(df.withColumn("label", F.col("s").cast("double")))
+        _est(inputMode=mode).fit(df.withColumn("label", F.col("s").cast("double")))

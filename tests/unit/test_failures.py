@@ -156,3 +156,22 @@ def test_spark_said_skips_py4js_line_that_names_only_the_call():
     error = failures.translate(Exception(text), {}, "TFEstimator.fit")
     assert "Spark said: org.apache.spark.SparkException: Job aborted due to stage failure: " \
            "odd" in str(error)
+
+
+def test_a_python_udf_that_failed_upstream_is_quoted_and_platform_lines_are_not_input():
+    """Second review: a Python UDF failing in the frame's plan was reported with the
+    stage's "Job aborted" line only; and a fetch failure must not read as bad input."""
+    udf = ("An error occurred while calling o9.collectToPython.\n"
+           ": org.apache.spark.SparkException: Job aborted due to stage failure: barrier "
+           "task ResultTask(20, 1) finished unsuccessfully.\n"
+           "org.apache.spark.api.python.PythonException: Traceback (most recent call "
+           "last):\n  File \"/tmp/x.py\", line 3, in boom\n    raise ValueError('boom')\n"
+           "ValueError: boom\n\n\tat org.apache.spark.api.python.BasePythonRunner...\n")
+    error = failures.translate(Exception(udf), {}, "TFEstimator.fit")
+    assert not isinstance(error, InvalidInputError)
+    assert "Spark said: ValueError: boom" in str(error)
+    fetch = ("Job aborted due to stage failure: org.apache.spark.shuffle.FetchFailedException: "
+             "[FETCH_FAILED] Failed to connect to host\n")
+    assert failures.input_failure(Exception(fetch), "TFEstimator.fit") is None
+    plain = "org.apache.spark.SparkException: Python worker failed to connect back.\n"
+    assert failures.input_failure(Exception(plain), "TFEstimator.fit") is None
