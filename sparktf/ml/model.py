@@ -205,8 +205,10 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
     def _input_bindings(self, inputs: dict, df_schema, renamed: dict) -> tuple:
         """``renamed``: signature input -> model input, where the signature could not keep
         the model's name (``inference.input_names``)."""
-        mapping = self.getInputMapping()
         named = {renamed.get(name, name): name for name in inputs}  # model input -> signature
+        # inputMapping may name an input as the model does (größe), or as the signature
+        mapping = {column: named.get(name, name)
+                   for column, name in self.getInputMapping().items()}
         if not mapping and not self.isSet(self.inputCols) and df_schema is not None and \
                 len(inputs) > 1 and set(named) <= set(df_schema.fieldNames()):
             mapping = named  # inputs named after columns
