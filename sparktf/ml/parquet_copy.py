@@ -41,6 +41,7 @@ import uuid
 from typing import Iterator
 
 from sparktf._driver import failures
+from sparktf.errors import InvalidInputError
 from sparktf.runtime import storage
 
 logger = logging.getLogger("sparktf")
@@ -224,4 +225,10 @@ def file_sources(frame) -> list[list] | None:
     paths = sorted(frame.inputFiles())
     if not paths:
         return None
-    return [[path, *storage.file_state(path)] for path in paths]
+    try:
+        return [[path, *storage.file_state(path)] for path in paths]
+    except FileNotFoundError as e:  # Spark's list of the files is older than the folder
+        raise InvalidInputError(
+            f"A file of the DataFrame given to fit is gone: {e.filename or e}. Read the "
+            "data again (spark.read...) after the files changed, or run "
+            "REFRESH TABLE for a table.") from e

@@ -255,3 +255,15 @@ def test_a_dataframe_whose_own_plan_fails_is_reported_with_sparks_reason(spark, 
                        match=r"Spark could not compute the DataFrame given to TFEstimator.fit"
                              r".*\[CAST_INVALID_INPUT\] The value 'abc'"):
         _est(inputMode=mode).fit(df.withColumn("label", F.col("s").cast("double")))
+
+
+def test_a_file_deleted_under_a_parquet_mode_fit_is_named(spark, tmp_path):
+    """Found by the third review: a file of the frame deleted after it was read raised a
+    bare FileNotFoundError in parquet mode (stream mode names Spark's reason)."""
+    spark.createDataFrame([([1.0, 2.0], 1.0)] * 8, "features array<double>, label double") \
+        .repartition(2).write.parquet(str(tmp_path / "p"))
+    df = spark.read.parquet(str(tmp_path / "p"))
+    os.remove(sorted(f for f in df.inputFiles())[0].replace("file://", ""))
+    with pytest.raises(sparktf.InvalidInputError, match="A file of the DataFrame given to "
+                                                        "fit is gone: .*part-"):
+        _est(inputMode="parquet").fit(df)

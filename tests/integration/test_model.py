@@ -466,3 +466,37 @@ def test_a_subclassed_model_on_words_of_any_length_scores_them(spark):
     alone = [float(next(iter(serve(tf.constant([r.features])).values()))[0, 0])
              for r in scored]
     np.testing.assert_allclose([r.prediction for r in scored], alone, rtol=1e-5, atol=1e-6)
+
+
+def _which_input(hp):
+    """A subclassed model of 11 inputs that predicts the index of the input holding 1."""
+    import keras
+
+    class WhichInput(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = keras.layers.Dense(1, kernel_initializer="zeros", use_bias=False)
+
+        def call(self, inputs):
+            index = sum(keras.ops.cast(x, "float32") * float(i) for i, x in enumerate(inputs))
+            index = keras.ops.reshape(index, (-1, 1))
+            return index + 0.0 * self.dense(index)
+
+    model = WhichInput()
+    model.compile(optimizer="sgd", loss="mse")
+    return model
+
+
+def test_a_subclassed_model_of_eleven_inputs_is_fed_each_column_in_its_place(spark):
+    """Found by the third review: a model that declares no inputs was exported with
+    TensorFlow's names args_0, args_0_1, ..., args_0_10, bound to the columns in text
+    order (args_0_10 third), so columns fed the wrong inputs, silently."""
+    columns = [f"c{i}" for i in range(11)]
+    rows = [tuple(int(j == i % 11) for j in range(11)) + (float(i % 11),) for i in range(22)]
+    df = spark.createDataFrame(rows, ", ".join(f"{c} int" for c in columns) +
+                               ", label double").coalesce(1)
+    model = TFEstimator(modelFn=_which_input, inputCols=columns, numWorkers=1, epochs=1,
+                        batchSize=4, verbose=0).fit(df)
+    assert model.getInputMapping() == {c: c for c in columns}
+    scored = model.transform(df).collect()
+    assert [r.prediction for r in scored] == [r.label for r in scored]

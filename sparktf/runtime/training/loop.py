@@ -35,7 +35,8 @@ def chief_result(model, spec: TrainSpec, ctx, history: dict,
                  bound: binding.Bindings) -> dict | None:
     """Exports the trained model; the chief's answer to the driver (None elsewhere)."""
     with heartbeats.Heartbeat(ctx).during("exporting", spec.epochs):
-        inputs = bound.x_template(feed.empty_batch(spec.columns, ctx.feedSpec))
+        inputs = _named_specs(bound.x_template(feed.empty_batch(spec.columns, ctx.feedSpec)),
+                              [b.name for b in bound.inputs])
         exported, signature_inputs = _export(model, spec, ctx, inputs)
     ctx.phase("exported")
     if not ctx.isChief:
@@ -229,9 +230,22 @@ def callback_list(callbacks, model, epochs: int, steps: int):
                                         steps=steps, verbose=0)
 
 
+def _named_specs(x, names: list[str]):
+    """``x`` (symbolic, ``Bindings.x_template``) as ``tf.TensorSpec``s named after the
+    inputs they feed (in the bindings' order), so that a signature made from them binds
+    each column by name, not by TensorFlow's ``args_0``, ``args_0_1``... in text order."""
+    import tensorflow as tf
+
+    flat = tf.nest.flatten(x)
+    if len(flat) != len(names) or isinstance(x, dict):
+        names = [None] * len(flat)
+    return tf.nest.pack_sequence_as(x, [tf.TensorSpec(t.shape, tf.as_dtype(t.dtype), name=n)
+                                        for t, n in zip(flat, names)])
+
+
 def _export(model, spec: TrainSpec, ctx, inputs) -> tuple[str, dict[str, str]]:
     """Every worker exports (the chief's copy is kept): SavedModel for serving, .keras file.
-    ``inputs``: ``x`` as the columns feed it (``Bindings.x_template``).
+    ``inputs``: ``x`` as the columns feed it (``tf.TensorSpec``s named after the inputs).
 
     Returns the export URI and, for each input of the serving signature, the model input
     it takes (the same name unless TensorFlow could not name it: ``signature_names``). A
@@ -263,14 +277,14 @@ def _export_saved_model(model, path: str, inputs=None) -> dict[str, str]:
     """Keras's ``model.export``, with several outputs named after the model's outputs and
     the inputs named as a signature can name them; returns input name -> signature name
     for the inputs renamed. A model that declares no inputs (subclassed) takes them as
-    ``inputs`` (symbolic ``x``) says, where Keras would make every input float32."""
+    ``inputs`` (``x`` as ``tf.TensorSpec``s) says, where Keras would make every input
+    float32 and name them ``args_0``...."""
     import keras
     import tensorflow as tf
     from keras.src.export.export_utils import get_input_signature
 
     if inputs is not None and not binding.declared_inputs(model):
-        specs = [tf.nest.map_structure(
-            lambda t: tf.TensorSpec(t.shape, tf.as_dtype(t.dtype)), inputs)]
+        specs = [inputs]
     else:
         specs = get_input_signature(model)
     names = [s.name for s in tf.nest.flatten(specs) if getattr(s, "name", None)]
