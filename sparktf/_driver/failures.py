@@ -184,6 +184,8 @@ def input_failure(exc: Exception | None, what: str) -> InvalidInputError | None:
 # what the platform's failures say (a fetch, a Python worker)
 _JVM_EXCEPTION = re.compile(
     r"^(?:Caused by: )?(?:[a-z]\w*\.)+[A-Z]\w*(?:Exception|Error): \[[A-Z][A-Z0-9_.]*\] .+")
+# where Spark's report quotes a Python traceback (a task's or a Python UDF's)
+_PYTHON_EXCEPTION = "org.apache.spark.api.python.PythonException"
 _ERROR_CLASS = re.compile(r"\[[A-Z][A-Z0-9_.]*\] ")
 _PLATFORM = re.compile(r"Job aborted|FetchFailed|Python worker|PYTHON_WORKER|connect back",
                        re.IGNORECASE)
@@ -195,7 +197,7 @@ def _input_failure(text: str) -> str | None:
     failed in Python (a task's own error), by losing an executor, or by cancellation."""
     if is_executor_lost(text) or _CANCELLED.search(text):
         return None
-    head = text.split("org.apache.spark.api.python.PythonException")[0]
+    head = text.split(_PYTHON_EXCEPTION)[0]
     for line in head.splitlines():
         line = line.strip().lstrip(": ")
         if _JVM_EXCEPTION.match(line) and not _PLATFORM.search(line):
@@ -206,7 +208,7 @@ def _input_failure(text: str) -> str | None:
 def _python_error(text: str) -> str | None:
     """The exception line of a Python traceback in Spark's report (a Python UDF of the
     DataFrame's plan that raised: "ValueError: boom"), else None."""
-    _, marker, rest = text.partition("org.apache.spark.api.python.PythonException")
+    _, marker, rest = text.partition(_PYTHON_EXCEPTION)
     if not marker:
         return None
     last = None

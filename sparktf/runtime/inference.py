@@ -206,8 +206,15 @@ INPUT_NAMES = os.path.join("assets.extra", "sparktf_input_names.json")
 def input_names(model_path: str) -> dict[str, str]:
     """Signature input -> model input name, for the inputs fit renamed in the signature
     (empty for any other SavedModel)."""
+    key = (identity(model_path), INPUT_NAMES)  # read once per SavedModel, as describe
+    with _DESCRIPTIONS_LOCK:
+        if key in _DESCRIPTIONS:
+            return _DESCRIPTIONS[key]
     path = storage.join(model_path, INPUT_NAMES)
-    return json.loads(storage.read_bytes(path)) if storage.exists(path) else {}
+    names = json.loads(storage.read_bytes(path)) if storage.exists(path) else {}
+    with _DESCRIPTIONS_LOCK:
+        _DESCRIPTIONS[key] = names
+    return names
 
 
 def _read_signature(model_path: str, signature: str) -> tuple[dict, dict]:

@@ -280,21 +280,13 @@ def _export_saved_model(model, path: str, inputs=None) -> dict[str, str]:
     ``inputs`` (``x`` as ``tf.TensorSpec``s) says, where Keras would make every input
     float32 and name them ``args_0``...."""
     import keras
-    import tensorflow as tf
     from keras.src.export.export_utils import get_input_signature
 
     if inputs is not None and not binding.declared_inputs(model):
         specs = [inputs]
     else:
         specs = get_input_signature(model)
-    names = [s.name for s in tf.nest.flatten(specs) if getattr(s, "name", None)]
-    renamed = signature_names(names)
-
-    def named(spec):
-        name = getattr(spec, "name", None)
-        return tf.TensorSpec(spec.shape, spec.dtype, name=renamed.get(name, name))
-
-    signature = tf.nest.map_structure(named, specs)
+    signature, renamed = _signature(specs)
     outputs = binding.output_names(model)
     if not outputs or len(outputs) < 2:
         model.export(path, verbose=False, input_signature=signature)
@@ -313,20 +305,14 @@ def _export_saved_model(model, path: str, inputs=None) -> dict[str, str]:
 def _export_tf_keras(model, path: str) -> dict[str, str]:
     """tf_keras' ``model.export``, with the inputs named as a signature can name them;
     returns input name -> signature name for the inputs renamed."""
-    import tensorflow as tf
     import tf_keras
 
     inputs = getattr(model, "inputs", None)
-    renamed = signature_names([t.name for t in tf.nest.flatten(inputs)]) if inputs else {}
+    signature, renamed = _signature(inputs) if inputs else (None, {})
     if not renamed:
         model.export(path)
         return renamed
-
-    def named(tensor):  # as tf_keras' export_lib.export_model, renamed
-        return tf.TensorSpec(tensor.shape, tensor.dtype,
-                             name=renamed.get(tensor.name, tensor.name))
-
-    signature = tf.nest.map_structure(named, inputs)
+    # as tf_keras' export_lib.export_model, renamed
     archive = tf_keras.export.ExportArchive()
     archive.track(model)
     archive.add_endpoint("serve", model.__call__,
@@ -334,6 +320,22 @@ def _export_tf_keras(model, path: str) -> dict[str, str]:
                          else signature)
     archive.write_out(path)
     return renamed
+
+
+def _signature(specs):
+    """``specs`` (anything with a shape, a dtype and maybe a name: input specs, symbolic
+    inputs) as ``tf.TensorSpec``s named as a SavedModel signature can name them, and
+    input name -> signature name for the inputs renamed (``signature_names``)."""
+    import tensorflow as tf
+
+    renamed = signature_names([s.name for s in tf.nest.flatten(specs)
+                               if getattr(s, "name", None)])
+
+    def named(spec):
+        name = getattr(spec, "name", None)
+        return tf.TensorSpec(spec.shape, spec.dtype, name=renamed.get(name, name))
+
+    return tf.nest.map_structure(named, specs), renamed
 
 
 def signature_names(names: list[str]) -> dict[str, str]:
