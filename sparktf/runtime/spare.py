@@ -33,6 +33,7 @@ finds its spare gone, even while asking it, starts its own process instead.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -101,15 +102,24 @@ def stop() -> None:
 
 
 def stop_process(proc) -> None:
-    """Kills a task process (``Popen`` or ``Forked``) if it still runs and closes its pipes."""
+    """Kills a task process (``Popen`` or ``Forked``) if it still runs and closes its pipes.
+    Never raises: it runs in teardown, where the error that brought it there must reach
+    the driver, not this cleanup's (a dead process's stdin fails its flush)."""
     if proc.poll() is None:
         proc.kill()
     proc.wait()
     for stream in (proc.stdin, proc.stdout):
-        if stream is not None and not stream.closed:
-            stream.close()
+        close_pipe(stream)
     if isinstance(proc, Forked):
         proc.close()
+
+
+def close_pipe(stream) -> None:
+    """Closes a pipe to or from a task process; what it still buffers for a process that
+    has died is dropped (its close would raise ``BrokenPipeError`` from the flush)."""
+    if stream is not None and not stream.closed:
+        with contextlib.suppress(OSError):  # the flush failed; the descriptor is closed
+            stream.close()
 
 
 class _Spare:

@@ -268,7 +268,7 @@ class TaskProcess:
             self._failed.append(e)
         finally:
             with self._telling:
-                self.proc.stdin.close()
+                spare.close_pipe(self.proc.stdin)
 
     def _relay(self, line: str, forward: bool, to_driver: bool) -> None:
         event = _marked_event(line)

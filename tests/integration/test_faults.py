@@ -105,6 +105,28 @@ def test_an_exception_in_model_fn_surfaces_with_rank_and_is_not_retried(spark, c
     assert not any("Relaunching" in r.getMessage() for r in caplog.records)
 
 
+def test_a_module_the_executors_cannot_import_is_named_every_time(spark, tmp_path,
+                                                                  monkeypatch):
+    """The task process fails at once and dies with its stdin still holding the rows'
+    arrival: the task's teardown closing that pipe raised BrokenPipeError over the real
+    error in 6 of 8 fits ("failed before any task reported an error")."""
+    installed = tmp_path / "site-packages"  # a folder the executors are taken to have too
+    installed.mkdir()
+    (installed / "sparktf_missing_common.py").write_text(
+        "def build(hparams):\n    raise AssertionError('never built')\n")
+    monkeypatch.syspath_prepend(str(installed))
+    import sparktf_missing_common
+
+    frame = _frame(spark)
+    for attempt in range(5):
+        with pytest.raises(sparktf.TaskFailedError) as info:
+            TFEstimator(modelFn=sparktf_missing_common.build, numWorkers=2, epochs=1,
+                        batchSize=8).fit(frame)
+        print(attempt, str(info.value).splitlines()[0])
+        assert ("comes from module 'sparktf_missing_common', which the executors' Python "
+                "cannot import") in str(info.value)
+
+
 def checked_in_py_function(hparams):
     """A model whose step runs a user check through tf.py_function, which raises."""
     import keras

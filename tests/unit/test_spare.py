@@ -221,3 +221,14 @@ def _children_of(parents: list[int]) -> list[int]:
         except OSError:
             pass
     return children
+
+
+def test_stopping_a_dead_process_whose_stdin_holds_unsent_lines_does_not_raise():
+    """Teardown after a failure: the process died, its stdin still buffers a line; closing
+    it must not raise BrokenPipeError over the failure being reported."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, bufsize=1)
+    proc.wait()
+    proc.stdin.write("{\"share\": 1}")  # no newline: still in the buffer
+    spare.stop_process(proc)
+    assert proc.stdin.closed and proc.stdout.closed
