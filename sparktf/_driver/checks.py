@@ -139,19 +139,25 @@ RELAUNCH_WAIT_CONF = "spark.sparktf.relaunchWait"
 DEFAULT_RELAUNCH_WAIT_S = 60.0
 
 
+# Spark's time units (JavaUtils.timeStringAs), in seconds
+_TIME_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0,
+               "d": 86400.0}
+_TIME = re.compile(r"(-?[0-9]+(?:\.[0-9]*)?)\s*([a-z]*)")
+
+
 def seconds_setting(name: str, chosen: str | None, default: float, note: str = "") -> float:
-    """A Spark setting of seconds (``"5"``, ``"2.5s"``): ``default`` when unset; refused
-    unless a finite number >= 0 (``note`` is added to the refusal)."""
+    """A Spark setting of time in Spark's syntax (``"5"`` seconds, ``"2.5s"``, ``"500ms"``,
+    ``"1min"``, ``"1h"``): ``default`` when unset; refused unless a finite time >= 0
+    (``note`` is added to the refusal)."""
     if chosen is None:
         return default
-    text = chosen.strip().lower()
-    try:
-        value = float(text[:-1] if text.endswith("s") else text)
-    except ValueError:
-        value = -1.0
+    match = _TIME.fullmatch(str(chosen).strip().lower())
+    unit = _TIME_UNITS.get(match.group(2) or "s") if match else None
+    value = float(match.group(1)) * unit if unit is not None else -1.0
     if not 0 <= value < float("inf"):
-        raise InvalidInputError(f"{name} must be a number of seconds >= 0{note}. "
-                                f"Received: {chosen!r}")
+        raise InvalidInputError(
+            f"{name} must be a time >= 0, in seconds or with one of Spark's units "
+            f"({', '.join(_TIME_UNITS)}: '60s', '1min'){note}. Received: {chosen!r}")
     return value
 
 

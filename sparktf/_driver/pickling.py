@@ -21,6 +21,7 @@ the working directory, a folder the script put on ``sys.path``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.metadata
 import inspect
 import os
@@ -122,6 +123,8 @@ def _distributed_from(root: str) -> set[str]:
 def own_module(obj, roots: ImportRoots | None = None):
     """The module defining ``obj`` (or its class), or ``obj`` itself if it is a module, if
     that module is the user's own and the executors cannot import it, else None."""
+    while isinstance(obj, functools.partial):  # the function it calls is what travels
+        obj = obj.func
     if isinstance(obj, types.ModuleType):
         module = obj
     else:
@@ -143,7 +146,8 @@ def by_value(objects: Sequence[Any]):
     pickled by reference and fail to import on the executors.
     """
     roots = ImportRoots()
-    modules = _reached({m.__name__: m for m in (own_module(o, roots) for o in objects)
+    modules = _reached({m.__name__: m for m in (own_module(o, roots)
+                                                for o in _with_partials_parts(objects))
                         if m is not None}, roots)
     for module in modules.values():
         cloudpickle.register_pickle_by_value(module)
@@ -152,6 +156,17 @@ def by_value(objects: Sequence[Any]):
     finally:
         for module in modules.values():
             cloudpickle.unregister_pickle_by_value(module)
+
+
+def _with_partials_parts(objects: Sequence[Any]) -> list:
+    """``objects`` and, for a ``functools.partial``, the function and arguments it holds."""
+    found, pending = [], list(objects)
+    while pending:
+        obj = pending.pop()
+        found.append(obj)
+        if isinstance(obj, functools.partial):
+            pending += [obj.func, *obj.args, *obj.keywords.values()]
+    return found
 
 
 def _reached(modules: dict, roots: ImportRoots) -> dict:

@@ -122,17 +122,18 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
         self._validate(dataset, features)
         events.log_phase(None, "input checked")
         run_dir = self._run_dir(sessions.Session(dataset.sparkSession).master)
-        if self.getRunId() is not None:
-            finished = runs.begin(run_dir, self)
-            if finished is not None:
-                logger.info("sparktf: run %r finished before: its model is returned without "
-                            "training again (%s)", self.getRunId(), run_dir)
-                return self._make_model([finished])
-        spec = self._train_spec(run_dir, features, dataset.schema)
-        payload = pickling.pickle_main(training.train_main, spec,
-                                       also=[spec.model_fn, *spec.callbacks])
-        frame, columns, split = self._training_frame(dataset, features)
         with contextlib.ExitStack() as stack:
+            if self.getRunId() is not None:
+                stack.enter_context(runs.owned(run_dir))  # one driver at a time
+                finished = runs.begin(run_dir, self)
+                if finished is not None:
+                    logger.info("sparktf: run %r finished before: its model is returned "
+                                "without training again (%s)", self.getRunId(), run_dir)
+                    return self._make_model([finished])
+            spec = self._train_spec(run_dir, features, dataset.schema)
+            payload = pickling.pickle_main(training.train_main, spec,
+                                           also=[spec.model_fn, *spec.callbacks])
+            frame, columns, split = self._training_frame(dataset, features)
             parquet_uri = None
             if self.getInputMode() == "parquet":
                 parquet_uri = stack.enter_context(parquet_copy.training_copy(
@@ -154,6 +155,8 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
             evaluator=self.getEvaluator(), resources=resources,
             row_checks=self._row_checks(columns), label=next_label())
         policy = failures.FailurePolicy(self.getMaxRetries())
+        # read now: a setting a relaunch cannot use fails this fit before its first job
+        wait_s = checks.relaunch_wait_s(sessions.Session(spark))
         for retries in itertools.count():
             progress = FitProgress(self.getVerbose(), label=stage.label)
             try:
@@ -170,7 +173,7 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                 decision = policy.decide(failure, retries)
                 if not decision.retry:
                     raise
-                stage, workers_said = self._resized(spark, stage, resources)
+                stage, workers_said = self._resized(spark, stage, resources, wait_s)
                 logger.warning("sparktf: %s: training attempt %d failed (%s): %s. Relaunching "
                                "from the last checkpoint %s (%s).", stage.label, retries + 1,
                                type(failure).__name__, str(failure).splitlines()[0],
@@ -178,14 +181,13 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
             finally:
                 progress.finish()
 
-    def _resized(self, spark, stage: launch.LaunchSpec, resources):
+    def _resized(self, spark, stage: launch.LaunchSpec, resources, wait_s: float):
         """The relaunch's stage and what to say of its workers: ``numWorkers`` when the
         cluster's task slots hold them, else as many as they hold, not fewer than
         ``minWorkers`` (``batchSize`` stays the global batch: the steps are the same)."""
         wanted, fewest, session = self.getNumWorkers(), self.getMinWorkers(), \
             sessions.Session(spark)
         others = stage.num_tasks - stage.num_workers
-        wait_s = checks.relaunch_wait_s(session)
         workers, slots = checks.relaunch_workers(session, wanted, fewest, others,
                                                  resources.slots if resources else None,
                                                  wait_s)

@@ -1,18 +1,26 @@
 """``runId``: a fit that outlives its driver. Its folder ``modelDir/<runId>`` holds what
-the fit was asked (``run.json``: the training Params and a digest of ``modelFn``), its
+the fit was asked (``run.json``: the training Params and what the model is), its
 checkpoints, and once finished what the fit returned (``result.json``): a fit of the
-same ``runId`` resumes from the last checkpoint, or returns the finished model."""
+same ``runId`` resumes from the last checkpoint, or returns the finished model.
+
+A run recognises its model by what ``modelFn`` builds (``model_identity``), not by the
+function's source: a ``functools.partial``, a callable instance or a closure is the same
+run when it builds the same model, and another run when it builds another. Both files are
+replaced in one step, and one driver at a time owns a run (``owned``)."""
 
 from __future__ import annotations
 
-import hashlib
-import inspect
 import json
+import logging
 import re
 
 from sparktf.errors import InvalidInputError
+from sparktf.ml import identity, run_lock
 from sparktf.ml.persistence import json_view
 from sparktf.runtime import storage
+from sparktf.runtime.training import checkpoint
+
+logger = logging.getLogger("sparktf")
 
 RUN_FILE = "run.json"
 RESULT_FILE = "result.json"
@@ -31,45 +39,57 @@ def check_name(run_id: str) -> None:
             f"starting with a letter or digit. Received: runId={run_id!r}")
 
 
-def _digest(fn) -> str:
-    """``modelFn`` as its module, name and source (its bytecode where no source is)."""
-    try:
-        body = inspect.getsource(fn)
-    except (OSError, TypeError):
-        body = repr(getattr(getattr(fn, "__code__", None), "co_code", fn))
-    named = f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', repr(fn))}"
-    return hashlib.sha256(f"{named}\n{body}".encode()).hexdigest()
+def owned(run_dir: str):
+    """While the block runs, this driver's fit owns the run (``run_lock``)."""
+    return run_lock.owned(run_dir)
 
 
 def asked(estimator) -> dict:
     """What this fit is asked to compute, as ``run.json`` keeps it."""
     params = {name: json_view(estimator.getOrDefault(name))
               for name in TRAINING_PARAMS if estimator.isDefined(name)}
-    return {"params": params, "modelFn": _digest(estimator.getModelFn())}
+    return {"params": params,
+            "model": identity.model_identity(estimator.getModelFn(), estimator.hparams())}
 
 
 def begin(run_dir: str, estimator) -> dict | None:
     """The finished fit's result if this run finished (no training then); else records
-    what it is asked, or checks that a resumed run is asked the same."""
+    what it is asked, or checks that a resumed run is asked the same. A run that has no
+    checkpoint yet (its first fit failed before its first epoch ended) starts afresh."""
     now = json.loads(json.dumps(asked(estimator)))  # as it reads back
     if storage.exists(storage.join(run_dir, RESULT_FILE)):
-        result = json.loads(storage.read_bytes(storage.join(run_dir, RESULT_FILE)))
         _check_same(run_dir, now)
-        return result
+        return _read(run_dir, RESULT_FILE)
     if storage.exists(storage.join(run_dir, RUN_FILE)):
-        _check_same(run_dir, now)
-        return None
-    storage.write_bytes(storage.join(run_dir, RUN_FILE), json.dumps(now, indent=1).encode())
+        if checkpoint.latest(run_dir) is not None:
+            _check_same(run_dir, now)
+            return None
+        logger.info("sparktf: run %s trained no epoch before: it starts afresh with this "
+                    "fit's settings", run_dir)
+    storage.replace_bytes(storage.join(run_dir, RUN_FILE),
+                          json.dumps(now, indent=1).encode())
     return None
 
 
+def _read(run_dir: str, name: str) -> dict:
+    path = storage.join(run_dir, name)
+    try:
+        return json.loads(storage.read_bytes(path))
+    except ValueError as e:  # written in place by an older sparktf and cut short
+        raise InvalidInputError(
+            f"{path} is not readable JSON ({e}): the run's record is damaged. Remove the "
+            f"run's folder {run_dir} to start it again, or use another runId.") from e
+
+
 def _check_same(run_dir: str, now: dict) -> None:
-    before = json.loads(storage.read_bytes(storage.join(run_dir, RUN_FILE)))
+    before = _read(run_dir, RUN_FILE)
     differ = [f"{name}: {before['params'].get(name)!r} then, {now['params'].get(name)!r} now"
               for name in sorted({*before["params"], *now["params"]})
               if before["params"].get(name) != now["params"].get(name)]
-    if before["modelFn"] != now["modelFn"]:
-        differ.append("modelFn: another function (or its source changed)")
+    if "model" in before:
+        said = identity.differences(before["model"], now["model"])
+        if said:
+            differ.append("modelFn builds another model (" + "; ".join(said) + ")")
     if differ:
         raise InvalidInputError(
             f"The run in {run_dir} was started with other training settings, so it cannot "
@@ -79,5 +99,6 @@ def _check_same(run_dir: str, now: dict) -> None:
 
 def finish(run_dir: str, chief_result: dict) -> None:
     """Records what the finished fit returned: a fit of the same runId returns it."""
-    storage.write_bytes(storage.join(run_dir, RESULT_FILE),
-                        json.dumps(chief_result, indent=1).encode())
+    storage.replace_bytes(storage.join(run_dir, RESULT_FILE),
+                          json.dumps(chief_result, indent=1).encode())
+

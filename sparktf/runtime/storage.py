@@ -6,6 +6,7 @@ written locally first and copied with ``pyarrow.fs`` (HDFS, S3, GCS, ...).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import uuid
@@ -19,8 +20,15 @@ def is_local(uri: str) -> bool:
 
 
 def local_path(uri: str) -> str:
-    """The filesystem path of a local ``uri``."""
-    return urlparse(uri).path if uri.startswith("file:") else uri
+    """The filesystem path of a local ``uri``: all of it after ``file://`` (a ``#`` or
+    ``?`` is part of a folder's name, not a fragment or a query)."""
+    if not uri.startswith("file:"):
+        return uri
+    rest = uri[len("file:"):]
+    if rest.startswith("//"):  # file://host/path: the host is this machine
+        rest = rest[2:]
+        rest = rest[rest.index("/"):] if "/" in rest else "/"
+    return rest
 
 
 def join(uri: str, *parts: str) -> str:
@@ -110,6 +118,26 @@ def write_bytes(uri: str, data: bytes) -> None:
         f.write(data)
 
 
+def replace_bytes(uri: str, data: bytes) -> None:
+    """Replaces the file at ``uri`` with ``data`` in one step: a reader (or a driver killed
+    mid-write) sees the old file or the new one, never one cut short."""
+    if not is_local(uri):  # object stores replace a whole object on write
+        write_bytes(uri, data)
+        return
+    path = local_path(uri)
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    scratch = f"{path}.{uuid.uuid4().hex}.tmp"
+    try:
+        with open(scratch, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(scratch, path)
+    finally:
+        if os.path.exists(scratch):
+            os.remove(scratch)
+
+
 def read_bytes(uri: str) -> bytes:
     """The bytes of the file at ``uri``."""
     if is_local(uri):
@@ -139,6 +167,17 @@ def file_state(uri: str) -> tuple[int, int]:
     filesystem, path = _fs(uri)
     info = filesystem.get_file_info(path)
     return info.size, info.mtime_ns
+
+
+def remove_file(uri: str) -> None:
+    """Removes the file at ``uri``; nothing happens if it is missing."""
+    if is_local(uri):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(local_path(uri))
+        return
+    filesystem, path = _fs(uri)
+    with contextlib.suppress(FileNotFoundError):
+        filesystem.delete_file(path)
 
 
 def remove_dir(uri: str) -> None:

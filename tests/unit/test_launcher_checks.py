@@ -114,12 +114,14 @@ def test_a_relaunch_waits_for_a_replaced_executor_before_it_takes_fewer_workers(
 
 
 @pytest.mark.parametrize("value,seconds", [(None, 60.0), ("5", 5.0), ("2.5s", 2.5),
-                                           ("0", 0.0), ("soon", None), ("-1", None),
-                                           ("inf", None)])
-def test_the_relaunch_wait_is_a_number_of_seconds(value, seconds):
+                                           ("0", 0.0), ("1min", 60.0), ("2m", 120.0),
+                                           ("1h", 3600.0), ("500ms", 0.5), (" 90 s ", 90.0),
+                                           ("soon", None), ("-1", None), ("inf", None),
+                                           ("1 fortnight", None), ("min", None)])
+def test_the_relaunch_wait_is_a_time_in_sparks_syntax(value, seconds):
     session = _Slots(2, {} if value is None else {checks.RELAUNCH_WAIT_CONF: value})
     if seconds is None:
-        with pytest.raises(sparktf.InvalidInputError, match="relaunchWait must be a number"):
+        with pytest.raises(sparktf.InvalidInputError, match="relaunchWait must be a time"):
             checks.relaunch_wait_s(session)
     else:
         assert checks.relaunch_wait_s(session) == seconds
@@ -411,11 +413,11 @@ def test_a_shrunk_relaunch_says_which_slots_are_not_for_workers(monkeypatch, num
     monkeypatch.setattr(sessions, "Session", lambda spark: _Slots(slots, no_wait))
     stage = launch.LaunchSpec(b"", 2, num_ps, evaluator=evaluator)
     est = TFEstimator(numWorkers=2, minWorkers=1, numPs=num_ps, evaluator=evaluator)
-    resized, message = est._resized(None, stage, None)
+    resized, message = est._resized(None, stage, None, 0.0)
     assert resized.num_workers == 1 and message == said
     # fewer slots than minWorkers needs: refused at once, saying what was lost
     monkeypatch.setattr(sessions, "Session", lambda spark: _Slots(slots - 1, no_wait))
     with pytest.raises(sparktf.ClusterCapacityError, match=(
             f"needs {slots} task slots .* and the cluster has {slots - 1} 0 s after the "
             "attempt failed .*executors were lost and not replaced")):
-        est._resized(None, stage, None)
+        est._resized(None, stage, None, 0.0)

@@ -184,14 +184,16 @@ def test_a_forked_process_dies_with_its_task_and_a_spare_with_its_python_worker(
     ({}, 60.0), ({"spark.sparktf.spareIdleTimeout": "10"}, 10.0),
     ({"spark.sparktf.spareIdleTimeout": "2.5s"}, 2.5),
     ({"spark.sparktf.spareIdleTimeout": "0"}, 0.0),
+    ({"spark.sparktf.spareIdleTimeout": "1min"}, 60.0),
+    ({"spark.sparktf.spareIdleTimeout": "1500ms"}, 1.5),
     ({"spark.python.worker.reuse": "false"}, 0.0)])
 def test_spare_idle_timeout_from_the_spark_conf(conf, expected):
     assert spare_idle_s(conf) == expected
 
 
-@pytest.mark.parametrize("bad", ["-1", "soon", "inf", "nan"])
+@pytest.mark.parametrize("bad", ["-1", "soon", "inf", "nan", "5 parsecs", "1e400"])
 def test_a_bad_spare_idle_timeout_is_refused(bad):
-    with pytest.raises(InvalidInputError, match="spareIdleTimeout must be a number"):
+    with pytest.raises(InvalidInputError, match="spareIdleTimeout must be a time >= 0"):
         spare_idle_s({"spark.sparktf.spareIdleTimeout": bad})
 
 

@@ -4,7 +4,7 @@ that the step equals one over the global batch."""
 
 from __future__ import annotations
 
-from sparktf.runtime.training import keras_steps, loop, tf_keras
+from sparktf.runtime.training import export, keras_steps, loop, tf_keras
 from sparktf.runtime.training.spec import StepPlan, TrainSpec
 
 
@@ -17,7 +17,7 @@ def train(spec: TrainSpec, ctx) -> dict | None:
         model, bound = loop.build_model(spec, ctx.feedSpec)
     ctx.phase("model built")
     loop.check_labels(model, spec, ctx)
-    first_epoch, history = loop.resume(model, spec)
+    first_epoch, history, state = loop.resume(model, spec)
     if keras_steps.is_tf_keras(model):  # Keras 2 models keep their own fit
         workers = ctx.numWorkers
         history = tf_keras.fit(
@@ -26,9 +26,10 @@ def train(spec: TrainSpec, ctx) -> dict | None:
             StepPlan.of(ctx.allValidationRows[:workers], ctx.rank, spec.batch_size)
             if spec.validates_in_loop else None)
     else:
-        history = _EpochLoop(spec, ctx, strategy, model, bound).fit(first_epoch, history)
+        history = _EpochLoop(spec, ctx, strategy, model, bound).fit(first_epoch, history,
+                                                                 state)
     ctx.phase("trained")
-    return loop.chief_result(model, spec, ctx, history, bound)
+    return export.chief_result(model, spec, ctx, history, bound)
 
 
 class _EpochLoop(loop.EpochRunner):

@@ -30,6 +30,13 @@ def keep_best(monitor: str, mode: str):
             if self.epoch is None or bool(self._is_improvement(value, self.best)):
                 self.best, self.epoch, self.weights = value, epoch + 1, self.model.get_weights()
 
+        def state(self) -> dict | None:
+            """The best epoch so far and its value (its weights are its checkpoint's)."""
+            return None if self.epoch is None else {"epoch": self.epoch, "value": self.best}
+
+        def resume(self, state: dict, weights) -> None:
+            self.epoch, self.best, self.weights = state["epoch"], state["value"], weights
+
         def restore(self, history: dict) -> None:
             if self.weights is not None:
                 self.model.set_weights(self.weights)

@@ -2,9 +2,10 @@
 
 A checkpoint is a folder ``epoch-NNNNN`` holding the model's and optimizer's
 variables (``tf.train.Checkpoint``) and ``state.json`` (epochs done, history so
-far). It counts only once ``latest.json`` names it, and that pointer is
-replaced in one step after the folder is complete: a checkpoint cut off half
-way is never loaded, and the previous one stays valid.
+far, and the rest of the run's state: ``run_state``). It counts only once
+``latest.json`` names it, and that pointer is replaced in one step after the folder is
+complete: a checkpoint cut off half way is never loaded, and the previous one stays
+valid.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-import uuid
 
 from sparktf.runtime import storage
 
@@ -47,13 +47,16 @@ def _name(epoch: int) -> str:
 
 
 def save(model, model_dir: str, epoch: int, history: dict, is_chief: bool,
-         prune_older: bool = True) -> None:
+         prune_older: bool = True, state: dict | None = None,
+         keep: int | None = None) -> None:
     """Writes the checkpoint after ``epoch`` epochs; only the chief's copy is committed.
 
     Every worker writes (TensorFlow expects all workers to take part under
     MultiWorkerMirroredStrategy); the others write to a scratch folder. With
     ``prune_older=False`` older checkpoints stay: an evaluator side-car that has not
-    read them yet removes them itself (``prune``).
+    read them yet removes them itself (``prune``). ``state``: the run's state beyond the
+    variables, read back by ``latest``; ``keep``: an older epoch whose checkpoint is not
+    pruned (the best epoch's weights, for ``keepBest``).
     """
     import tensorflow as tf
 
@@ -62,38 +65,29 @@ def save(model, model_dir: str, epoch: int, history: dict, is_chief: bool,
         tf.train.Checkpoint(model=model, optimizer=model.optimizer).write(
             os.path.join(local, VARIABLES))
         with open(os.path.join(local, STATE), "w") as f:
-            json.dump({"epoch": epoch, "history": history}, f)
+            json.dump({**(state or {}), "epoch": epoch, "history": history}, f)
         if not is_chief:
             return
         storage.put_dir(local, storage.join(_root(model_dir), name))
     _commit(model_dir, name)
     if prune_older:
-        prune(model_dir, epoch)
+        prune(model_dir, epoch, keep)
 
 
 def _commit(model_dir: str, name: str) -> None:
     """Points ``latest.json`` at ``name`` in one atomic step."""
-    data = json.dumps({"dir": name}).encode()
-    pointer = storage.join(_root(model_dir), POINTER)
-    if storage.is_local(pointer):
-        path = storage.local_path(pointer)
-        scratch = f"{path}.{uuid.uuid4().hex}.tmp"
-        with open(scratch, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(scratch, path)
-    else:  # object stores replace a whole object on write
-        storage.write_bytes(pointer, data)
+    storage.replace_bytes(storage.join(_root(model_dir), POINTER),
+                          json.dumps({"dir": name}).encode())
 
 
-def prune(model_dir: str, epoch: int) -> None:
-    """Removes the checkpoints more than ``KEEP`` epochs older than ``epoch``, on any
-    filesystem: the chief's newest, or the newest the evaluator side-car has read (those
-    committed after it are kept)."""
+def prune(model_dir: str, epoch: int, keep: int | None = None) -> None:
+    """Removes the checkpoints more than ``KEEP`` epochs older than ``epoch`` but ``keep``,
+    on any filesystem: the chief's newest, or the newest the evaluator side-car has read
+    (those committed after it are kept)."""
     root = _root(model_dir)
     for entry in storage.list_names(root):
-        if entry.startswith("epoch-") and int(entry[6:]) <= epoch - KEEP:
+        if (entry.startswith("epoch-") and int(entry[6:]) <= epoch - KEEP
+                and int(entry[6:]) != keep):
             storage.remove_dir(storage.join(root, entry))
 
 

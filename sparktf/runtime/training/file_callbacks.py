@@ -6,11 +6,14 @@ removed when its task ends."""
 from __future__ import annotations
 
 import contextlib
+import csv
+import io
 import os
 import shutil
 import tempfile
 
 from sparktf.errors import InvalidInputError
+from sparktf.runtime import storage
 
 # Keras (3 and tf_keras) callbacks that write files, and the attribute naming their path
 _PATHS = {"ModelCheckpoint": "filepath", "CSVLogger": "filename", "TensorBoard": "log_dir"}
@@ -21,6 +24,11 @@ def _keras_class(callback, names) -> str | None:
         if cls.__name__ in names and cls.__module__.startswith(("keras", "tf_keras")):
             return cls.__name__
     return None
+
+
+def writes_files(callback) -> bool:
+    """Whether ``callback`` is one of Keras's file callbacks (``private_paths``)."""
+    return _keras_class(callback, _PATHS) is not None
 
 
 def check(callbacks) -> None:
@@ -56,15 +64,18 @@ def private_paths(callbacks, is_chief: bool):
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def resume(callbacks, history: dict) -> None:
+def resume(callbacks, history: dict, first_epoch: int) -> None:
     """A relaunched or resumed attempt carries on what Keras's file callbacks wrote before
     it (fresh copies of them): ``CSVLogger`` appends to its file (Keras's ``append``, as
-    Keras advises for a continued fit), and ``ModelCheckpoint(save_best_only=True)`` saves
-    only an epoch better than the best of ``history``, the epochs already trained."""
+    Keras advises for a continued fit) after the rows of the ``first_epoch`` epochs
+    checkpointed (a row written after the last checkpoint is written again), and
+    ``ModelCheckpoint(save_best_only=True)`` saves only an epoch better than the best of
+    ``history``, the epochs already trained."""
     for callback in callbacks:
         name = _keras_class(callback, ("CSVLogger", "ModelCheckpoint"))
         if name == "CSVLogger":
             callback.append = True
+            _keep_rows_before(str(callback.filename), first_epoch, callback.sep)
         elif (name == "ModelCheckpoint" and callback.save_best_only and
               hasattr(callback, "_is_improvement") and history.get(callback.monitor)):
             if callback.monitor_op is None:
@@ -73,3 +84,20 @@ def resume(callbacks, history: dict) -> None:
                 if callback.best is None or bool(callback._is_improvement(value,
                                                                           callback.best)):
                     callback.best = float(value)
+
+
+def _keep_rows_before(path: str, first_epoch: int, sep: str) -> None:
+    """Drops the rows of epochs ``first_epoch`` and later from a ``CSVLogger`` file (the
+    header and the epochs before stay), replacing the file in one step."""
+    if not os.path.isfile(path):
+        return
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f, delimiter=sep))
+    if not rows or rows[0][:1] != ["epoch"]:
+        return
+    kept = [rows[0]] + [r for r in rows[1:] if r and r[0].isdigit() and int(r[0]) < first_epoch]
+    if len(kept) == len(rows):
+        return
+    out = io.StringIO()
+    csv.writer(out, delimiter=sep).writerows(kept)  # as CSVLogger writes (excel)
+    storage.replace_bytes(path, out.getvalue().encode())

@@ -5,46 +5,35 @@ Keras's validation pass, the export and the chief's answer to the driver."""
 from __future__ import annotations
 
 import collections
-import json
-import os
-import re
-import tempfile
 import time
 
 import numpy as np
 
 from sparktf._protocol import heartbeats
-from sparktf.runtime import feed, inference, storage
-from sparktf.runtime.training import best, checkpoint, file_callbacks, keras_steps, summaries
+from sparktf.runtime import feed
+from sparktf.runtime.training import (
+    best,
+    checkpoint,
+    file_callbacks,
+    keras_steps,
+    run_state,
+    summaries,
+)
 from sparktf.runtime.training import bindings as binding
-from sparktf.runtime.training.spec import EXPORT_DIR, KERAS_FILE, SAVED_MODEL, StepPlan, TrainSpec
+from sparktf.runtime.training.spec import StepPlan, TrainSpec
 
 
-def resume(model, spec: TrainSpec) -> tuple[int, dict]:
-    """(first epoch, history so far): from the last checkpoint of this fit, if any."""
+def resume(model, spec: TrainSpec) -> tuple[int, dict, dict]:
+    """(first epoch, history so far, the checkpoint's state) from the last checkpoint of
+    this fit, if any: the variables and Keras's random state put back as they were."""
     found = checkpoint.latest(spec.model_dir)
     if not found:
-        return 0, {}
+        return 0, {}, {}
     checkpoint.restore(model, spec.model_dir, found)
+    run_state.restore_seeds(model, found.get("seeds"))
     print(f"sparktf: resuming after epoch {found['epoch']} from the last checkpoint",
           flush=True)
-    return found["epoch"], found["history"]
-
-
-def chief_result(model, spec: TrainSpec, ctx, history: dict,
-                 bound: binding.Bindings) -> dict | None:
-    """Exports the trained model; the chief's answer to the driver (None elsewhere)."""
-    with heartbeats.Heartbeat(ctx).during("exporting", spec.epochs):
-        inputs = _named_specs(bound.x_template(feed.empty_batch(spec.columns, ctx.feedSpec)),
-                              [b.name for b in bound.inputs])
-        exported, signature_inputs = _export(model, spec, ctx, inputs)
-    ctx.phase("exported")
-    if not ctx.isChief:
-        return None
-    kind, from_logits = keras_steps.prediction_kind(model)
-    return {"history": history, "export_dir": exported, "rows": int(sum(ctx.allNumRows)),
-            "input_mapping": _signature_mapping(signature_inputs, bound),
-            "prediction_kind": kind, "from_logits": from_logits}
+    return found["epoch"], found["history"], found
 
 
 def build_model(spec: TrainSpec, feed_spec: dict):
@@ -101,6 +90,9 @@ class EpochRunner:
         if spec.keep_best:
             self.best = best.keep_best(spec.keep_best, spec.keep_best_mode)
             self.best.set_model(model)
+        # the callbacks whose attributes are part of the run's state (file callbacks carry
+        # on from their files: file_callbacks.resume)
+        self.stateful = [c for c in spec.callbacks if not file_callbacks.writes_files(c)]
 
     def train_epoch(self, epoch: int) -> dict[str, float]:
         raise NotImplementedError
@@ -119,15 +111,23 @@ class EpochRunner:
         """Whether training stops now: ``model.stop_training`` as every worker sees it."""
         return bool(getattr(self.model, "stop_training", False))
 
-    def fit(self, first_epoch: int = 0, history: dict | None = None) -> dict[str, list[float]]:
-        """Runs epochs ``first_epoch`` .. ``epochs - 1``, checkpointing after each one."""
+    def fit(self, first_epoch: int = 0, history: dict | None = None,
+            state: dict | None = None) -> dict[str, list[float]]:
+        """Runs epochs ``first_epoch`` .. ``epochs - 1``, checkpointing after each one;
+        ``state``: the checkpoint resumed from (``resume``), whose callbacks, best epoch
+        and decision to stop carry on."""
         history = collections.defaultdict(list, {k: list(v) for k, v in (history or {}).items()})
+        state = state or {}
         self.model.stop_training = False
         if first_epoch:
-            file_callbacks.resume(self.spec.callbacks, history)
+            file_callbacks.resume(self.spec.callbacks, history, first_epoch)
         self.callbacks.on_train_begin()
+        if state:
+            self._carry_on(state)
         logs: dict = {}
-        for epoch in range(first_epoch, self.spec.epochs):
+        # a callback that stopped the run before it was lost has the last word
+        epochs = () if state.get("stopped") else range(first_epoch, self.spec.epochs)
+        for epoch in epochs:
             self.epoch = epoch
             started = time.monotonic()
             self.model.reset_metrics()
@@ -144,12 +144,15 @@ class EpochRunner:
             if self.best is not None:
                 self.best.on_epoch_end(epoch, logs)
             self.summaries.write(epoch + 1, logs)
+            stop = self.agree_to_stop()
             self.beat("checkpoint", epoch + 1)
             checkpoint.save(self.model, self.spec.model_dir, epoch + 1, dict(history),
-                            self.ctx.isChief, prune_older=not self.spec.evaluator)
+                            self.ctx.isChief, prune_older=not self.spec.evaluator,
+                            state=self._state(stop) if self.ctx.isChief else None,
+                            keep=self.best.epoch if self.best is not None else None)
             heartbeats.report_epoch(self.ctx, epoch + 1, self.spec.epochs, logs, self.rows_trained,
                                  time.monotonic() - started)
-            if self.agree_to_stop():
+            if stop:
                 break
         _finalize(self.model)
         self.callbacks.on_train_end(logs)
@@ -157,6 +160,30 @@ class EpochRunner:
             self.best.restore(history)
         self.summaries.close()
         return dict(history)
+
+    def _state(self, stopped: bool) -> dict:
+        """The run's state after an epoch, beyond the variables (``run_state``)."""
+        return {"seeds": run_state.seeds(self.model), "stopped": stopped,
+                "callbacks": run_state.callbacks_state(self.stateful),
+                "best": self.best.state() if self.best is not None else None}
+
+    def _carry_on(self, state: dict) -> None:
+        """The resumed checkpoint's callbacks and best epoch, as the lost attempt left them."""
+        run_state.restore_callbacks(self.stateful, state.get("callbacks"))
+        kept = state.get("best")
+        if self.best is not None and kept:
+            self.best.resume(kept, _weights_at(self.model, self.spec, kept["epoch"], state))
+
+
+def _weights_at(model, spec: TrainSpec, epoch: int, resumed: dict) -> list:
+    """The model's weights after ``epoch`` (its checkpoint, kept for ``keepBest``); the
+    model is left as the checkpoint ``resumed`` has it."""
+    if epoch == resumed["epoch"]:
+        return model.get_weights()
+    checkpoint.restore(model, spec.model_dir, checkpoint.at_epoch(epoch))
+    weights = model.get_weights()
+    checkpoint.restore(model, spec.model_dir, resumed)
+    return weights
 
 
 class _EpochLogs:
@@ -228,151 +255,6 @@ def callback_list(callbacks, model, epochs: int, steps: int):
     return keras.callbacks.CallbackList(list(callbacks), add_history=False,
                                         add_progbar=False, model=model, epochs=epochs,
                                         steps=steps, verbose=0)
-
-
-def _named_specs(x, names: list[str]):
-    """``x`` (symbolic, ``Bindings.x_template``) as ``tf.TensorSpec``s named after the
-    inputs they feed (in the bindings' order), so that a signature made from them binds
-    each column by name, not by TensorFlow's ``args_0``, ``args_0_1``... in text order."""
-    import tensorflow as tf
-
-    flat = tf.nest.flatten(x)
-    if len(flat) != len(names) or isinstance(x, dict):
-        names = [None] * len(flat)
-    return tf.nest.pack_sequence_as(x, [tf.TensorSpec(t.shape, tf.as_dtype(t.dtype), name=n)
-                                        for t, n in zip(flat, names)])
-
-
-def _export(model, spec: TrainSpec, ctx, inputs) -> tuple[str, dict[str, str]]:
-    """Every worker exports (the chief's copy is kept): SavedModel for serving, .keras file.
-    ``inputs``: ``x`` as the columns feed it (``tf.TensorSpec``s named after the inputs).
-
-    Returns the export URI and, for each input of the serving signature, the model input
-    it takes (the same name unless TensorFlow could not name it: ``signature_names``). A
-    model with several outputs names the signature's outputs after its own (``price``,
-    ``dear``), not Keras's ``output_0``, ``output_1``.
-    """
-    target = storage.join(spec.model_dir, EXPORT_DIR)
-    renamed: dict[str, str] = {}
-    with tempfile.TemporaryDirectory(prefix="sparktf-export-") as local:
-        path = os.path.join(local, SAVED_MODEL)
-        if keras_steps.is_tf_keras(model):
-            renamed = _export_tf_keras(model, path)
-        else:
-            renamed = _export_saved_model(model, path, inputs)
-        back = {signature: name for name, signature in renamed.items()}
-        if back:  # so that a bare TFModel(modelPath) still feeds inputs by name
-            os.makedirs(os.path.dirname(os.path.join(path, inference.INPUT_NAMES)),
-                        exist_ok=True)
-            with open(os.path.join(path, inference.INPUT_NAMES), "w") as f:
-                json.dump(back, f)
-        model.save(os.path.join(local, KERAS_FILE))
-        names = list(inference.describe(path, "serving_default")[0])
-        if ctx.isChief:
-            storage.put_dir(local, target)
-    return target, {name: back.get(name, name) for name in names}
-
-
-def _export_saved_model(model, path: str, inputs=None) -> dict[str, str]:
-    """Keras's ``model.export``, with several outputs named after the model's outputs and
-    the inputs named as a signature can name them; returns input name -> signature name
-    for the inputs renamed. A model that declares no inputs (subclassed) takes them as
-    ``inputs`` (``x`` as ``tf.TensorSpec``s) says, where Keras would make every input
-    float32 and name them ``args_0``...."""
-    import keras
-    from keras.src.export.export_utils import get_input_signature
-
-    if inputs is not None and not binding.declared_inputs(model):
-        specs = [inputs]
-    else:
-        specs = get_input_signature(model)
-    signature, renamed = _signature(specs)
-    outputs = binding.output_names(model)
-    if not outputs or len(outputs) < 2:
-        model.export(path, verbose=False, input_signature=signature)
-        return renamed
-    archive = keras.export.ExportArchive()
-    archive.track(model)
-
-    def serve(inputs):
-        return dict(zip(outputs, keras.tree.flatten(model(inputs, training=False))))
-
-    archive.add_endpoint("serve", serve, signature)
-    archive.write_out(path, verbose=False)
-    return renamed
-
-
-def _export_tf_keras(model, path: str) -> dict[str, str]:
-    """tf_keras' ``model.export``, with the inputs named as a signature can name them;
-    returns input name -> signature name for the inputs renamed."""
-    import tf_keras
-
-    inputs = getattr(model, "inputs", None)
-    signature, renamed = _signature(inputs) if inputs else (None, {})
-    if not renamed:
-        model.export(path)
-        return renamed
-    # as tf_keras' export_lib.export_model, renamed
-    archive = tf_keras.export.ExportArchive()
-    archive.track(model)
-    archive.add_endpoint("serve", model.__call__,
-                         [signature] if isinstance(signature, list) and len(signature) > 1
-                         else signature)
-    archive.write_out(path)
-    return renamed
-
-
-def _signature(specs):
-    """``specs`` (anything with a shape, a dtype and maybe a name: input specs, symbolic
-    inputs) as ``tf.TensorSpec``s named as a SavedModel signature can name them, and
-    input name -> signature name for the inputs renamed (``signature_names``)."""
-    import tensorflow as tf
-
-    renamed = signature_names([s.name for s in tf.nest.flatten(specs)
-                               if getattr(s, "name", None)])
-
-    def named(spec):
-        name = getattr(spec, "name", None)
-        return tf.TensorSpec(spec.shape, spec.dtype, name=renamed.get(name, name))
-
-    return tf.nest.map_structure(named, specs), renamed
-
-
-def signature_names(names: list[str]) -> dict[str, str]:
-    """Input name -> a name TensorFlow can give a SavedModel signature's input, for the
-    names it cannot (``größe``, ``my city``: a graph op's name is ASCII letters, digits
-    and ``_.-/``): the others replaced by ``_``, unique among ``names``."""
-    renamed, taken = {}, set(names)
-    for name in names:
-        if _SIGNATURE_NAME.fullmatch(name):
-            continue
-        safe = "".join(c if c.isascii() and (c.isalnum() or c in "_.-/") else "_"
-                       for c in name)
-        safe = safe if safe[:1].isalnum() or safe[:1] == "." else f"input_{safe}"
-        candidate, n = safe, 1
-        while candidate in taken:
-            n += 1
-            candidate = f"{safe}_{n}"
-        renamed[name] = candidate
-        taken.add(candidate)
-    return renamed
-
-
-_SIGNATURE_NAME = re.compile(r"[A-Za-z0-9.][A-Za-z0-9_.\-/]*")
-
-
-def _signature_mapping(signature_inputs: dict[str, str], bound: binding.Bindings) -> dict:
-    """Column -> serving signature input (``signature_inputs``: signature input -> model
-    input): by the model's input names where the signature has them, else in order (a
-    single input: the signature's only one)."""
-    names = list(signature_inputs)
-    if len(names) == 1 and len(bound.inputs) == 1:
-        return {bound.inputs[0].column: names[0]}
-    by_input = {name: signature for signature, name in signature_inputs.items()}
-    mapping = bound.input_mapping
-    if set(mapping.values()) == set(by_input):
-        return {column: by_input[name] for column, name in mapping.items()}
-    return dict(zip(mapping, sorted(names)))
 
 
 class Validator:

@@ -22,7 +22,7 @@ import numpy as np
 from sparktf._protocol import heartbeats
 from sparktf.runtime import cluster, columns, feed, servers, tensors
 from sparktf.runtime.columns import ColumnInfo
-from sparktf.runtime.training import keras_steps, loop
+from sparktf.runtime.training import export, keras_steps, loop
 from sparktf.runtime.training.spec import TrainSpec, class_weights, plan_steps
 
 SHARD_FILE = "sparktf-train.tfrecord"  # relative: each worker process's working directory
@@ -86,12 +86,12 @@ class _Chief(loop.EpochRunner):
                           if self.validates() else None)
 
     def run(self) -> dict:
-        first_epoch, history = loop.resume(self.model, self.spec)
+        first_epoch, history, state = loop.resume(self.model, self.spec)
         self.beat("creating the workers' datasets", first_epoch)
         self.iterator = iter(self.coordinator.create_per_worker_dataset(self._dataset_fn))
         self.train_step = self._train_step()
-        history = self.fit(first_epoch, history)
-        return loop.chief_result(self._plain_copy(), self.spec, self.ctx, history, self.bound)
+        history = self.fit(first_epoch, history, state)
+        return export.chief_result(self._plain_copy(), self.spec, self.ctx, history, self.bound)
 
     def train_epoch(self, epoch: int) -> dict[str, float]:
         """Keeps ``STEPS_IN_FLIGHT`` steps scheduled; each step's result, awaited in order,

@@ -1,0 +1,117 @@
+"""One driver at a time owns a run: ``lock.json`` in the run's folder names the fit that
+trains it (its machine, its driver process and that process's start, a token) and is
+renewed while the fit runs. Another fit of the same ``runId`` is refused while the owner
+lives: on the owner's machine, while its process runs; from another machine, while the
+lock is renewed. A driver that died leaves a lock that goes stale: at once on its own
+machine, ``STALE_S`` after its last renewal elsewhere."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+
+from sparktf.errors import InvalidInputError
+from sparktf.runtime import storage
+
+LOCK_FILE = "lock.json"
+RENEW_S = 20.0
+STALE_S = 90.0
+
+
+@contextlib.contextmanager
+def owned(run_dir: str):
+    """While the block runs, this process owns the run in ``run_dir``; refuses, naming the
+    owner, when another live fit does."""
+    path = storage.join(run_dir, LOCK_FILE)
+    me = {"token": uuid.uuid4().hex, "host": socket.gethostname(), "pid": os.getpid(),
+          "started": process_start(os.getpid()), "renewed": time.time()}
+    _take(path, run_dir, me)
+    stop = threading.Event()
+    renewer = threading.Thread(target=_renew, args=(path, me, stop), daemon=True,
+                               name="sparktf-run-lock")
+    renewer.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        renewer.join()
+        held = _held(path)
+        if held is not None and held.get("token") == me["token"]:
+            storage.remove_file(path)
+
+
+def _take(path: str, run_dir: str, me: dict) -> None:
+    held = _held(path)
+    if held is not None and alive(held):
+        _refuse(run_dir, held)
+    data = json.dumps(me).encode()
+    if not storage.is_local(path):  # an object store: the last writer wins, read it back
+        storage.replace_bytes(path, data)
+        if (_held(path) or {}).get("token") != me["token"]:
+            _refuse(run_dir, _held(path) or {})
+        return
+    local = storage.local_path(path)
+    if held is not None:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(local)  # stale: its owner is gone
+    scratch = f"{local}.{me['token']}.tmp"
+    os.makedirs(os.path.dirname(local) or ".", exist_ok=True)
+    with open(scratch, "wb") as f:
+        f.write(data)
+    try:
+        os.link(scratch, local)  # fails if another fit took the run meanwhile
+    except FileExistsError:
+        _refuse(run_dir, _held(path) or {})
+    finally:
+        os.remove(scratch)
+
+
+def _refuse(run_dir: str, held: dict) -> None:
+    since = time.strftime("%H:%M:%S", time.localtime(held.get("renewed", 0)))
+    raise InvalidInputError(
+        f"The run in {run_dir} is being trained by another fit (driver process "
+        f"{held.get('pid')} on {held.get('host')}, alive at {since}): two fits of one runId "
+        "would train into the same folder. Wait for that fit to end, or use another runId. "
+        "A driver that died gives up the run at once on its own machine, and "
+        f"{STALE_S:g} s after its last sign of life from another.")
+
+
+def alive(held: dict) -> bool:
+    """Whether the fit that wrote ``held`` still runs."""
+    if held.get("host") == socket.gethostname():
+        started = process_start(held.get("pid", -1))
+        return started is not None and held.get("started") in (None, started)
+    return time.time() - float(held.get("renewed", 0)) < STALE_S
+
+
+def process_start(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks since boot), or None when there is none:
+    a pid reused by another process is not the owner."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        try:
+            os.kill(pid, 0)
+        except (OSError, ValueError, OverflowError):
+            return None
+        return 0
+
+
+def _held(path: str) -> dict | None:
+    try:
+        return json.loads(storage.read_bytes(path))
+    except (OSError, ValueError):
+        return None
+
+
+def _renew(path: str, me: dict, stop: threading.Event) -> None:
+    while not stop.wait(RENEW_S):
+        me["renewed"] = time.time()
+        with contextlib.suppress(OSError):
+            storage.replace_bytes(path, json.dumps(me).encode())

@@ -1,0 +1,111 @@
+"""What a fit's checkpoint holds beyond its variables, so that a resumed or relaunched fit
+is the uninterrupted one: Keras's random state (every ``SeedGenerator``: Dropout,
+GaussianNoise, augmentation layers, ``keras.random`` calls given a generator, and the
+global one), whether a callback stopped the training, and what the callbacks keep from
+epoch to epoch (``EarlyStopping``'s patience and best weights, ``ReduceLROnPlateau``'s
+counters, a user callback's counters): their attributes of plain data, and the module
+functions set beside them.
+
+Everything here is JSON (the callbacks' state as base64 of a pickle of plain values), kept
+in the checkpoint's ``state.json``.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import pickle
+import types
+
+import numpy as np
+
+logger = logging.getLogger("sparktf")
+
+# Attributes of Keras's callbacks that are settings or objects, not the epochs' state
+_NOT_STATE = frozenset({"model", "_model", "params", "verbose"})
+_PLAIN = (bool, int, float, str, bytes, type(None), np.ndarray, np.generic)
+
+
+def seed_generators(model) -> list:
+    """The model's ``SeedGenerator``s in a fixed order (its layers', depth first), then
+    Keras's global one if it exists; [] for a tf_keras model."""
+    flatten = getattr(model, "_flatten_layers", None)
+    if flatten is None or not hasattr(model, "_seed_generators"):
+        return []
+    found, seen = [], set()
+    for layer in flatten(include_self=True, recursive=True):
+        for generator in getattr(layer, "_seed_generators", ()):
+            if id(generator) not in seen:
+                seen.add(id(generator))
+                found.append(generator)
+    from keras.src.backend.common import global_state
+    glob = global_state.get_global_attribute("global_seed_generator")
+    if glob is not None and id(glob) not in seen:
+        found.append(glob)
+    return found
+
+
+def seeds(model) -> list[list[int]]:
+    """Each seed generator's state (its seed and how far it has drawn)."""
+    return [[int(v) for v in np.asarray(g.state.numpy()).ravel()]
+            for g in seed_generators(model)]
+
+
+def restore_seeds(model, saved: list[list[int]] | None) -> None:
+    """Puts the seed generators back where the checkpoint found them."""
+    if not saved:
+        return
+    generators = seed_generators(model)
+    if len(generators) + 1 == len(saved):  # Keras's global one, not drawn from yet here
+        from keras.src.random.seed_generator import global_seed_generator
+        generators.append(global_seed_generator())
+    if len(generators) != len(saved):
+        logger.warning("sparktf: the checkpoint holds %d random generators and the model %d: "
+                       "its random layers start afresh", len(saved), len(generators))
+        return
+    for generator, state in zip(generators, saved):
+        generator.state.assign(np.asarray(state, dtype=generator.state.dtype))
+
+
+def callbacks_state(callbacks) -> str:
+    """The plain-data attributes of each callback (numbers, strings, arrays, lists of
+    them: counters, best values, best weights), as base64 of a pickle."""
+    return base64.b64encode(pickle.dumps([_plain_attributes(c) for c in callbacks])).decode()
+
+
+def restore_callbacks(callbacks, saved: str | None) -> None:
+    """Gives each callback its attributes as the checkpoint kept them; call it after
+    ``on_train_begin``, which resets them."""
+    if not saved:
+        return
+    states = pickle.loads(base64.b64decode(saved))  # noqa: S301 - written by this fit
+    if len(states) != len(callbacks):
+        logger.warning("sparktf: the callbacks differ from those of the checkpointed "
+                       "attempt (%d then, %d now): they start afresh", len(states),
+                       len(callbacks))
+        return
+    for callback, state in zip(callbacks, states):
+        for name, value in state.items():
+            setattr(callback, name, value)
+
+
+def _plain_attributes(callback) -> dict:
+    return {name: value for name, value in vars(callback).items()
+            if name not in _NOT_STATE and _is_plain(value)}
+
+
+def _is_plain(value) -> bool:
+    if isinstance(value, (types.FunctionType, types.BuiltinFunctionType)):
+        # set with what it goes with (EarlyStopping's monitor_op with the min_delta it
+        # negated): a module's function, which pickles by name; not a lambda
+        try:
+            pickle.dumps(value)
+        except (pickle.PicklingError, AttributeError, TypeError):
+            return False
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(_is_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _is_plain(v) for k, v in value.items())
+    return isinstance(value, _PLAIN) and not (isinstance(value, np.ndarray)
+                                              and value.dtype == object)

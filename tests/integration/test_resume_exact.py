@@ -1,0 +1,274 @@
+"""A resumed run is the uninterrupted run: the same history, exported weights and callback
+files, wherever the interruption fell (issue 45). The oracle is the same fit run without
+interruption, in a folder of its own."""
+
+import csv
+import os
+
+import keras
+import numpy as np
+import pytest
+
+import sparktf
+from sparktf.ml import TFEstimator
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def dropout_classifier(hparams):
+    """Dropout and GaussianNoise with seeds: the steps draw from Keras's seed generators."""
+    import keras
+    keras.utils.set_random_seed(3)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.GaussianNoise(0.1, seed=5),
+                              keras.layers.Dense(16, activation="relu"),
+                              keras.layers.Dropout(0.3, seed=7),
+                              keras.layers.Dense(3, activation="softmax")])
+    model.compile(keras.optimizers.Adam(hparams["learningRate"]),
+                  "sparse_categorical_crossentropy", metrics=["accuracy"])
+    return model
+
+
+class LoseTheRun(keras.callbacks.Callback):
+    """Fails the fit once (a marker file says it did): at the end of epoch ``epoch`` (after
+    the callbacks before it in the list wrote their files, before the checkpoint), or, with
+    ``epoch=None``, at the end of training (after the last checkpoint, before the export
+    and ``result.json``: the seconds in which a lost driver used to change the result)."""
+
+    def __init__(self, marker, epoch=None):
+        super().__init__()
+        self.marker, self.at_epoch = marker, epoch
+
+    def _lose(self, where):
+        if not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            raise RuntimeError(f"the run is lost {where}")
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch == self.at_epoch:
+            self._lose(f"after epoch {epoch + 1}")
+
+    def on_train_end(self, logs=None):
+        if self.at_epoch is None:
+            self._lose("during the export")
+
+
+def _frame(spark):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(96, 4))
+    y = (X[:, 0] > 0).astype(int) + (X[:, 1] > 0.5).astype(int)
+    return spark.createDataFrame([([float(v) for v in x], int(t)) for x, t in zip(X, y)],
+                                 "features array<double>, label int").repartition(2)
+
+
+def _rows(path):
+    with open(path, newline="") as f:
+        return list(csv.reader(f))
+
+
+def test_dropout_early_stopping_keep_best_and_csv_resume_exactly_after_two_losses(
+        spark, tmp_path):
+    """Lost after epoch 2 (CSVLogger has written it, its checkpoint is not), then lost again
+    after the early stop's last checkpoint, before the export: the third fit exports what
+    the uninterrupted fit exports. Before: the seed generators started afresh (Dropout),
+    EarlyStopping counted its patience again and trained past the stop, keepBest exported
+    the last epoch, and the CSV held epoch 2 twice."""
+    frame = _frame(spark).cache()
+    common = dict(modelFn=dropout_classifier, numWorkers=2, epochs=6, batchSize=16,
+                  learningRate=0.02, shuffle=True, seed=11, validationFraction=0.25,
+                  classWeight={0: 1.0, 1: 2.0, 2: 1.0}, keepBest="loss", keepBestMode="max",
+                  modelDir=str(tmp_path / "m"))
+
+    def callbacks(csv_path, *losses):
+        # min_delta no epoch reaches: the run stops after epoch 3 (patience 2)
+        return [keras.callbacks.CSVLogger(str(csv_path)),
+                keras.callbacks.EarlyStopping(monitor="loss", min_delta=100.0, patience=2),
+                *losses]
+
+    whole = TFEstimator(runId="whole", callbacks=callbacks(tmp_path / "whole.csv"),
+                        **common).fit(frame)
+    lost = [LoseTheRun(str(tmp_path / "lost-1"), epoch=1), LoseTheRun(str(tmp_path / "lost-2"))]
+    run = TFEstimator(runId="run", callbacks=callbacks(tmp_path / "run.csv", *lost), **common)
+    with pytest.raises(sparktf.TaskFailedError, match="lost after epoch 2"):
+        run.fit(frame)
+    with pytest.raises(sparktf.TaskFailedError, match="lost during the export"):
+        run.fit(frame)
+    resumed = run.fit(frame)
+
+    print("whole  ", whole.getHistory())
+    print("resumed", resumed.getHistory())
+    assert len(whole.getHistory()["loss"]) == 3  # stopped early, as the oracle did
+    assert whole.getHistory()["best_epoch"] == [1]  # not the last: its checkpoint was kept
+    assert resumed.getHistory().keys() == whole.getHistory().keys()
+    for key, values in whole.getHistory().items():
+        np.testing.assert_allclose(resumed.getHistory()[key], values, rtol=1e-6, err_msg=key)
+    for a, b in zip(resumed.getKerasModel().get_weights(), whole.getKerasModel().get_weights(),
+                    strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    assert _rows(tmp_path / "run.csv") == _rows(tmp_path / "whole.csv")
+    assert [r[0] for r in _rows(tmp_path / "run.csv")] == ["epoch", "0", "1", "2"]
+
+
+def broken(hparams):
+    raise RuntimeError("modelFn ran: the job started")
+
+
+def test_the_relaunch_wait_is_checked_before_the_first_job_in_sparks_time_syntax(spark):
+    frame = _frame(spark)
+    try:
+        spark.conf.set("spark.sparktf.relaunchWait", "soon")
+        with pytest.raises(sparktf.InvalidInputError, match="relaunchWait must be a time"):
+            TFEstimator(modelFn=broken, numWorkers=1, maxRetries=1).fit(frame)
+        spark.conf.set("spark.sparktf.relaunchWait", "1min")  # Spark's syntax: accepted
+        with pytest.raises(sparktf.TaskFailedError, match="modelFn ran"):
+            TFEstimator(modelFn=broken, numWorkers=1, maxRetries=1).fit(frame)
+    finally:
+        spark.conf.unset("spark.sparktf.relaunchWait")
+
+
+def shaped(hparams, units, activation="relu"):
+    import keras
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(units, activation),
+                              keras.layers.Dense(3, activation="softmax")])
+    model.compile(keras.optimizers.Adam(hparams["learningRate"]),
+                  "sparse_categorical_crossentropy")
+    return model
+
+
+def make(activation):
+    def build(hparams):
+        return shaped(hparams, 4, activation)
+    return build
+
+
+class Builder:
+    def __init__(self, units):
+        self.units = units
+
+    def __call__(self, hparams):
+        return shaped(hparams, self.units)
+
+
+def test_a_run_recognises_its_model_by_what_it_builds(spark, tmp_path, caplog):
+    """A partial, a callable instance and a closure are recognised by the model they
+    build: a new object building the same model returns the finished run (before: refused
+    as 'another function', their digest held a memory address); a closure over another
+    activation is refused, saying so (before: accepted, mixing two models)."""
+    import functools
+    import logging
+
+    caplog.set_level(logging.INFO, logger="sparktf")
+    frame = _frame(spark).cache()
+    common = dict(numWorkers=1, epochs=2, batchSize=32, modelDir=str(tmp_path / "m"))
+    for run_id, fn, again in [
+            ("partial", functools.partial(shaped, units=4), functools.partial(shaped, units=4)),
+            ("instance", Builder(4), Builder(4))]:
+        first = TFEstimator(runId=run_id, modelFn=fn, **common).fit(frame)
+        returned = TFEstimator(runId=run_id, modelFn=again, **common).fit(frame)
+        assert returned.getHistory() == first.getHistory()
+        assert returned.getModelPath() == first.getModelPath()
+        with pytest.raises(sparktf.InvalidInputError, match=r"builds another model \(.*8"):
+            TFEstimator(runId=run_id, modelFn=Builder(8), **common).fit(frame)
+
+    lost = LoseTheRun(str(tmp_path / "lost"), epoch=1)  # epoch 1 is checkpointed
+    with pytest.raises(sparktf.TaskFailedError, match="lost after epoch 2"):
+        TFEstimator(runId="closure", modelFn=make("relu"), callbacks=[lost], **common).fit(frame)
+    with pytest.raises(sparktf.InvalidInputError, match='"relu" then, "tanh" now'):
+        TFEstimator(runId="closure", modelFn=make("tanh"), **common).fit(frame)
+    resumed = TFEstimator(runId="closure", modelFn=make("relu"), **common).fit(frame)
+    assert len(resumed.getHistory()["loss"]) == 2
+
+
+def broken_on_executors(hparams):
+    import os
+    if "TF_CONFIG" in os.environ:  # a task's process, not the driver
+        raise RuntimeError("a bug in modelFn")
+    return shaped(hparams, 4)
+
+
+def test_a_run_that_trained_nothing_starts_afresh_with_a_fixed_model_fn(spark, tmp_path):
+    frame = _frame(spark)
+    common = dict(numWorkers=1, epochs=1, batchSize=32, modelDir=str(tmp_path / "m"),
+                  runId="first-try")
+    with pytest.raises(sparktf.TaskFailedError, match="a bug in modelFn"):
+        TFEstimator(modelFn=broken_on_executors, **common).fit(frame)
+    fixed = TFEstimator(modelFn=Builder(6), **common).fit(frame)  # another model, no epoch yet
+    assert len(fixed.getHistory()["loss"]) == 1
+
+
+def test_a_result_cut_short_by_a_lost_driver_and_a_folder_named_with_a_hash(
+        spark, tmp_path, monkeypatch):
+    """result.json is replaced in one step: a driver lost while writing it leaves none, and
+    the next fit exports again (before: a file cut short, a raw JSONDecodeError). A
+    file:// modelDir whose folder is named 'run#3' is that folder (before: the '#3' was
+    taken for a URL fragment: IsADirectoryError)."""
+    import builtins
+
+    from sparktf.runtime import storage
+
+    frame = _frame(spark)
+    model_dir = "file://" + str(tmp_path / "run#3")
+    common = dict(modelFn=Builder(4), numWorkers=1, epochs=2, batchSize=32,
+                  modelDir=model_dir, runId="nightly")
+
+    class Lost(BaseException):
+        pass
+
+    def open_then_lost(path, mode="r", *args, **kwargs):
+        f = builtins.open(path, mode, *args, **kwargs)
+        if "result.json" in str(path) and "w" in mode:
+            write = f.write
+
+            class Half:
+                def __enter__(self):
+                    return self
+
+                def __exit__(self, *exc):
+                    f.close()
+
+                def write(self, data):
+                    write(data[:len(data) // 2])
+                    raise Lost("the driver is killed while it writes result.json")
+            return Half()
+        return f
+
+    monkeypatch.setattr(storage, "open", open_then_lost, raising=False)
+    with pytest.raises(Lost):
+        TFEstimator(**common).fit(frame)
+    monkeypatch.undo()
+    again = TFEstimator(**common).fit(frame)
+    assert len(again.getHistory()["loss"]) == 2
+    assert os.path.isdir(tmp_path / "run#3" / "nightly" / "checkpoints")
+    returned = TFEstimator(**common).fit(frame)
+    assert returned.getHistory() == again.getHistory()
+    assert returned.transform(frame).count() == frame.count()
+
+
+def test_a_run_owned_by_a_live_fit_is_refused_and_a_dead_owners_is_taken(spark, tmp_path):
+    import subprocess
+    import sys
+
+    from sparktf.ml import runs
+
+    frame = _frame(spark)
+    common = dict(modelFn=Builder(4), numWorkers=1, epochs=1, batchSize=32,
+                  modelDir=str(tmp_path / "m"), runId="shared")
+    run_dir = str(tmp_path / "m" / "shared")
+    with runs.owned(run_dir):  # another fit of this driver trains it
+        with pytest.raises(sparktf.InvalidInputError, match="being trained by another fit"):
+            TFEstimator(**common).fit(frame)
+    # another driver on this machine holds it, then dies without letting go
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from sparktf.ml import runs\n"
+         f"with runs.owned({run_dir!r}):\n    print('held', flush=True); sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(sparktf.InvalidInputError, match=f"process {holder.pid} on"):
+            TFEstimator(**common).fit(frame)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert os.path.exists(os.path.join(run_dir, "lock.json"))  # stale: its owner is gone
+    assert len(TFEstimator(**common).fit(frame).getHistory()["loss"]) == 1
+    assert not os.path.exists(os.path.join(run_dir, "lock.json"))
