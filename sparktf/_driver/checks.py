@@ -220,11 +220,16 @@ def executor_python(session) -> Iterator[None]:
     ``ExecutorEnvironmentError``. A Spark Connect client cannot choose: the server's
     configuration decides.
     """
-    if not _driver_python_needed(session):
+    if session.connect:
         yield
         return
-    sc = session.sc
+    # decided under the lock: a fit in another thread (CrossValidator's parallelism) that
+    # holds it has set the driver's interpreter, and puts Spark's default back when done
     with _PYTHON_EXEC_LOCK:
+        if not _driver_python_needed(session):
+            yield
+            return
+        sc = session.sc
         saved, sc.pythonExec = sc.pythonExec, sys.executable
         try:
             yield
@@ -250,12 +255,13 @@ def app_executor_python(session) -> None:
     """``executor_python`` for the rest of the application: what ``TFModel.udf()`` needs,
     because ``spark.udf.register`` makes its own copy of the function later, with the
     application's interpreter. Logged, since it changes every later Python UDF too."""
-    if not _driver_python_needed(session):
-        return
-    sc = session.sc
-    logger.info("sparktf: PYSPARK_PYTHON is not set; for TFModel.udf() the Python workers of "
-                "this %s app will use %s from now on", sc.master, sys.executable)
-    with _PYTHON_EXEC_LOCK:
+    with _PYTHON_EXEC_LOCK:  # as executor_python decides: under the lock
+        if not _driver_python_needed(session):
+            return
+        sc = session.sc
+        logger.info("sparktf: PYSPARK_PYTHON is not set; for TFModel.udf() the Python "
+                    "workers of this %s app will use %s from now on", sc.master,
+                    sys.executable)
         sc.pythonExec = sys.executable
 
 

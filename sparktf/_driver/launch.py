@@ -214,8 +214,9 @@ def _run_stage(session: sessions.Session, stage: LaunchSpec, df, collector: Even
     """Runs the barrier stage, forming the cluster again if a port was taken, and with a
     shuffle before it if Spark cannot run a barrier stage on the input's own plan."""
     host = session.channel_host()
-    frame = (None if df is None and session.sc is not None  # no data: an RDD stage
-             else routing.input_frame(session.spark, df, stage.layout, stage.split_column))
+    frame, reshuffled = (
+        (None, False) if df is None and session.sc is not None  # no data: an RDD stage
+        else routing.input_frame(session.spark, df, stage.layout, stage.split_column))
     attempt = 0
     while True:
         attempt += 1
@@ -236,14 +237,14 @@ def _run_stage(session: sessions.Session, stage: LaunchSpec, df, collector: Even
                 if collector.stalled is not None:
                     raise _stall_error(stage, *collector.stalled) from e
                 if routing.is_barrier_chain_error(e) and not collector.errors:
-                    if frame is not df:  # already behind a shuffle: not a chain sparktf made
+                    if reshuffled:  # already behind a shuffle: not a chain sparktf made
                         raise SparkTFError(f"Spark refused {stage.what}'s barrier stage: "
                                            f"{failures.first_line(str(e))}") from e
                     logger.info("sparktf: Spark cannot run a barrier stage directly on this "
                                 "DataFrame's plan (a union, coalesce or similar); %s "
                                 "repartitions it into %d partitions first", stage.what,
                                 stage.num_tasks)
-                    frame = routing.shuffled(df, stage.num_tasks)
+                    frame, reshuffled = routing.shuffled(df, stage.num_tasks), True
                     attempt -= 1
                     continue
                 failure, cause = failures.translate(e, collector.errors, stage.what), e

@@ -13,14 +13,40 @@ ROUTE_COLUMN = "_sparktf_route"
 
 
 def input_frame(spark, df, plan: cluster.Layout, split_column: str | None):
-    """One partition per task, each holding the rows the layout gives its rank."""
+    """(frame, behind a shuffle): one partition per task, each holding the rows the layout
+    gives its rank, in the frame's order, or in ``ORDER_COLUMN``'s where the frame has one
+    (``content_key``: the same order whatever order Spark computed the rows in)."""
     if df is None:
-        return spark.range(0, plan.num_tasks, 1, plan.num_tasks)
+        return spark.range(0, plan.num_tasks, 1, plan.num_tasks), False
     if plan.simple:
         if sessions.num_partitions(df) == plan.num_tasks:
-            return df  # tried as it is; see is_barrier_chain_error
-        return shuffled(df, plan.num_tasks)
-    return _routed(spark, df, plan, split_column)
+            return _in_order(df), False  # tried as it is; see is_barrier_chain_error
+        return shuffled(df, plan.num_tasks), True
+    return _routed(spark, df, plan, split_column), True
+
+
+def content_key(columns, salt: str, seed: int):
+    """A 64-bit number made of a row's values (``columns``: Columns), ``salt`` and ``seed``:
+    the same for the same row whatever its partition or position, unlike ``rand``, which
+    Spark draws again when it computes a frame again (a shuffle's rows arrive in another
+    order)."""
+    from pyspark.sql import functions as F
+
+    return F.xxhash64(F.lit(salt), F.lit(seed), *columns)
+
+
+def content_fraction(columns, salt: str, seed: int):
+    """``content_key`` as a number in [0, 1), uniform over rows."""
+    from pyspark.sql import functions as F
+
+    return F.pmod(content_key(columns, salt, seed), F.lit(1 << 30)) / float(1 << 30)
+
+
+def _in_order(df):
+    """``df`` with each partition sorted by ``ORDER_COLUMN`` (then dropped), if it has one."""
+    if ORDER_COLUMN not in df.columns:
+        return df
+    return df.sortWithinPartitions(ORDER_COLUMN).drop(ORDER_COLUMN)
 
 
 def barrier_job(session: sessions.Session, frame, num_tasks: int,
@@ -96,15 +122,22 @@ def shuffled(df, num_tasks: int):
 
     A shuffle, not coalesce: barrier stages refuse RDD chains that change partition counts.
     The frame's order is kept (``shuffle=False`` means the frame's order, and a seed the
-    same history every run): the rows are numbered first, hash-partitioned by their
-    number, and each partition is sorted by it. (Not a range partitioning: its sampled
-    bounds can make fewer partitions than asked, and a barrier stage needs them all.)
+    same history every run): the rows are numbered first (or keep the ``ORDER_COLUMN``
+    they have), hash-partitioned by their number, and each partition is sorted by it.
+    (Not a range partitioning: its sampled bounds can make fewer partitions than asked,
+    and a barrier stage needs them all.)
     """
-    from pyspark.sql import functions as F
-
-    numbered = df.withColumn(ORDER_COLUMN, F.monotonically_increasing_id())
+    numbered = _numbered(df)
     return (numbered.repartition(num_tasks, ORDER_COLUMN)
             .sortWithinPartitions(ORDER_COLUMN).drop(ORDER_COLUMN))
+
+
+def _numbered(df):
+    from pyspark.sql import functions as F
+
+    if ORDER_COLUMN in df.columns:
+        return df
+    return df.withColumn(ORDER_COLUMN, F.monotonically_increasing_id())
 
 
 def is_barrier_chain_error(exc: BaseException) -> bool:
@@ -116,18 +149,23 @@ def is_barrier_chain_error(exc: BaseException) -> bool:
 def _routed(spark, df, plan: cluster.Layout, split_column: str | None):
     """``df`` hash-partitioned on a key chosen per row so that each row lands on its rank.
 
-    Training rows are spread at random over the training ranks, validation rows all
-    go to ``plan.validation_rank``; the other ranks get empty partitions.
+    Training rows are spread over the training ranks by a hash of their number, validation
+    rows all go to ``plan.validation_rank``; the other ranks get empty partitions. Each
+    partition holds its rows in their order (``shuffled``).
     """
     from pyspark.sql import functions as F
 
     keys = [F.lit(k).cast("bigint") for k in _partition_keys(spark, plan.num_tasks)]
+    numbered = _numbered(df)
+    # by the row's number, not rand: the same rank for a row however Spark computes it
     spread = F.array(*[keys[r] for r in plan.training_ranks])[
-        F.floor(F.rand(len(plan.training_ranks)) * len(plan.training_ranks)).cast("int")]
+        F.pmod(F.xxhash64(F.col(ORDER_COLUMN)), F.lit(len(plan.training_ranks))).cast("int")]
     if plan.validation_rank is not None and split_column is not None:
         spread = F.when(schema.column(split_column), keys[plan.validation_rank]).otherwise(spread)
-    return (df.withColumn(ROUTE_COLUMN, spread)
-            .repartition(plan.num_tasks, ROUTE_COLUMN).drop(ROUTE_COLUMN))
+    # sorted by number: a shuffle's rows arrive in any order, and the order makes the batches
+    return (numbered.withColumn(ROUTE_COLUMN, spread)
+            .repartition(plan.num_tasks, ROUTE_COLUMN)
+            .sortWithinPartitions(ORDER_COLUMN).drop(ROUTE_COLUMN, ORDER_COLUMN))
 
 
 def _partition_keys(spark, n: int) -> list[int]:

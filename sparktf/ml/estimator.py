@@ -16,10 +16,9 @@ from pyspark import keyword_only
 from pyspark.ml import Estimator
 from pyspark.ml.util import MLReadable, MLWritable
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
 from sparktf import tensorboard
-from sparktf._driver import checks, events, failures, launch, pickling, sessions
+from sparktf._driver import checks, events, failures, launch, pickling, routing, sessions
 from sparktf._driver import schema as schema_checks
 from sparktf._driver.resources import TaskResources
 from sparktf.errors import ClusterCapacityError, InvalidInputError, SparkTFError
@@ -364,18 +363,26 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
             class_weight=self.getClassWeight())
 
     def _training_frame(self, dataset: DataFrame, features: list[str]):
-        """The columns the workers need, plus the validation flag if any."""
+        """The columns the workers need, plus the validation flag if any, and with
+        ``shuffle`` the rows' order made of their values (``routing.content_key``): the
+        split and the batches are the same however Spark computes the frame."""
         weight = self.getWeightColOrNone()
         columns = list(dict.fromkeys(features + self.labelColumns() +
                                      ([weight] if weight else [])))
         selected = [schema_checks.column(c) for c in columns]
+        seed = self.getOrDefault(self.seed)
+        extra = []
+        if self.getShuffle() and self.getInputMode() == "stream":
+            extra.append(routing.content_key(selected, "order", seed)
+                         .alias(routing.ORDER_COLUMN))
         if self.isSet(self.validationCol):
             flag = schema_checks.column(self.getValidationCol()).cast("boolean")
         elif self.getValidationFraction() > 0:
-            flag = F.rand(self.getOrDefault(self.seed)) < self.getValidationFraction()
+            flag = held_out(selected, seed, self.getValidationFraction())
         else:
-            return dataset.select(*selected), columns, None
-        return dataset.select(*selected, flag.alias(VALIDATION_FLAG)), columns, VALIDATION_FLAG
+            return dataset.select(*selected, *extra), columns, None
+        return (dataset.select(*selected, flag.alias(VALIDATION_FLAG), *extra), columns,
+                VALIDATION_FLAG)
 
     def _make_model(self, results: list) -> TFModel:
         chief = _chief(results)
@@ -395,11 +402,15 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
         for param in ("inputCols", "outputMapping"):
             if self.isSet(param):
                 model._set(**{param: self.getOrDefault(param)})
-        model_fn, hparams = self.getModelFn(), self.hparams()
-        model._build = lambda: model_fn(dict(hparams))  # for getKerasModel, this session
         model._set(history=history, inputMapping=chief["input_mapping"],
                    predictionKind=chief["prediction_kind"], fromLogits=chief["from_logits"])
         return model
+
+
+def held_out(columns, seed: int, fraction: float):
+    """Whether ``validationFraction`` holds a row out: a draw made of the row's values
+    (``columns``) and ``seed``, the same each time Spark computes the frame."""
+    return routing.content_fraction(columns, "validation", seed) < fraction
 
 
 def _kept_for(stage: launch.LaunchSpec) -> str:

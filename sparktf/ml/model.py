@@ -18,7 +18,7 @@ from sparktf.errors import InvalidInputError
 from sparktf.ml.params import _TFModelParams, add_setters, without_none
 from sparktf.ml.persistence import TFModelReader, TFModelWriter
 from sparktf.runtime import inference, length_groups, storage
-from sparktf.runtime.training.spec import KERAS_FILE
+from sparktf.runtime.training.spec import BUILDER_IN_SAVED_MODEL, KERAS_FILE, KERAS_IN_SAVED_MODEL
 
 MLFLOW_SCHEMES = ("runs:/", "models:/")  # modelPath naming a model sparktf logged to MLflow
 _SPARK_TYPES = {"float32": T.FloatType(), "float64": T.DoubleType(), "int32": T.IntegerType(),
@@ -133,41 +133,59 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
         return _arrow_udf(spec, return_type, lambda names, arrays: arrays[names.index(take)])
 
     def getKerasModel(self, custom_objects: dict | None = None):
-        """The trained Keras model: the ``.keras`` file its fit exported beside the
-        SavedModel (a saved ``TFModel`` keeps it too), loaded by ``keras.saving.load_model``;
-        its ``predict`` gives what ``transform`` gives. Custom layers, losses and metrics
-        load as Keras loads them (registered with
-        ``keras.saving.register_keras_serializable``, or in ``custom_objects``); in the
-        session that fitted it, the fit's own ``modelFn`` builds the model instead when
-        Keras cannot, and the file's weights are loaded into it.
+        """The trained Keras model: the ``.keras`` file its fit exported inside the
+        SavedModel (so a saved ``TFModel`` and an MLflow ``runs:/`` or ``models:/`` model
+        keep it), loaded by ``keras.saving.load_model``; its ``predict`` gives what
+        ``transform`` gives. Custom layers, losses and metrics load as Keras loads them
+        (registered with ``keras.saving.register_keras_serializable``, or in
+        ``custom_objects``); where Keras cannot (a subclassed model whose class the fit
+        took by value), the fit's own ``modelFn``, kept beside it, builds the model and the
+        file's weights are loaded into it.
 
         Only a model ``TFEstimator.fit`` made has one: a ``TFModel`` built on a bare
         SavedModel raises ``InvalidInputError``."""
         import keras
 
-        source = storage.join(storage.parent(self._saved_model_path()), KERAS_FILE)
-        if not storage.exists(source):
+        saved = self._saved_model_path()
+        found = [uri for uri in (storage.join(saved, KERAS_IN_SAVED_MODEL),
+                                 storage.join(storage.parent(saved), KERAS_FILE))
+                 if storage.exists(uri)]
+        if not found:
             raise InvalidInputError(
                 f"This TFModel has no Keras model: only a model that TFEstimator.fit "
-                f"returned (or such a model saved and loaded) has one, and there is no "
-                f"{KERAS_FILE} beside its SavedModel {self.getModelPath()!r}. Load the "
+                f"returned (or such a model saved and loaded) has one, and its SavedModel "
+                f"{self.getModelPath()!r} holds no {KERAS_IN_SAVED_MODEL}. Load the "
                 "SavedModel itself with tf.saved_model.load() instead.")
         with tempfile.TemporaryDirectory(prefix="sparktf-keras-") as folder:
-            if storage.is_local(source):
-                path = storage.local_path(source)
-            else:  # Keras loads local files only
-                path = os.path.join(folder, KERAS_FILE)
-                with open(path, "wb") as f:
-                    f.write(storage.read_bytes(source))
+            path = _local_file(found[0], os.path.join(folder, KERAS_FILE))
             try:
                 return keras.saving.load_model(path, custom_objects=custom_objects)
             except (TypeError, ValueError):
-                build = getattr(self, "_build", None)
-                if build is None:
+                model = self._built_by_model_fn(saved)
+                if model is None:
                     raise
-                model = build()  # the fit's modelFn knows its own classes
                 model.load_weights(path)
                 return model
+
+    def _built_by_model_fn(self, saved: str):
+        """The fit's model as its ``modelFn`` builds it, its variables made by a call on
+        zeros shaped as its inputs; None when the fit kept no ``modelFn``."""
+        import cloudpickle
+        import tensorflow as tf
+
+        builder = storage.join(saved, BUILDER_IN_SAVED_MODEL)
+        if storage.exists(builder):
+            model_fn, hparams, inputs = cloudpickle.loads(storage.read_bytes(builder))
+            model = model_fn(dict(hparams))
+        else:
+            return None
+        if not model.built:
+            def zeros(spec):
+                shape = [1 if d is None else d for d in spec.shape]
+                return (tf.fill(shape, "") if spec.dtype == tf.string
+                        else tf.zeros(shape, spec.dtype))
+            model(tf.nest.map_structure(zeros, inputs), training=False)
+        return model
 
     def _saved_model_path(self) -> str:
         """The SavedModel folder modelPath names: an MLflow address resolved (downloaded)."""
@@ -285,6 +303,15 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
 
 
 _OUTPUTS = "__sparktf_outputs__"
+
+
+def _local_file(uri: str, scratch: str) -> str:
+    """A local path holding the file at ``uri`` (``scratch`` when it must be copied)."""
+    if storage.is_local(uri):
+        return storage.local_path(uri)
+    with open(scratch, "wb") as f:
+        f.write(storage.read_bytes(uri))
+    return scratch
 
 
 def pa_struct(names, arrays):

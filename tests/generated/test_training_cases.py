@@ -113,8 +113,13 @@ def _held_out(spark, df, case, flag) -> np.ndarray:
     if case["validation"] == "fraction":
         from pyspark.sql import functions as F
 
-        # TFEstimator draws F.rand(seed) < fraction over the same partitions
-        drawn = df.select("id", (F.rand(case["seed"]) < 0.25).alias("held")).collect()
+        from sparktf.ml.estimator import held_out
+
+        # TFEstimator's draw is made of the columns it selects, in its order, and the seed
+        columns = ["x", *(["y", "y2"] if case["two_outputs"] else ["y"]),
+                   *(["w"] if case["weights"] else [])]
+        drawn = df.select("id", held_out([F.col(c) for c in columns], case["seed"], 0.25)
+                          .alias("held")).collect()
         return np.array([r["held"] for r in sorted(drawn, key=lambda r: r["id"])])
     return np.zeros(len(flag), bool)
 

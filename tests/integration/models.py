@@ -73,3 +73,25 @@ def tf_keras_tokens_and_size(hparams):
     model = tf_keras.Model([tokens, size], out)
     model.compile(optimizer=tf_keras.optimizers.SGD(0.01), loss="mse")
     return model
+
+
+@__import__("keras").saving.register_keras_serializable(package="sparktf_tests")
+class Scaled(__import__("keras").Model):
+    """A subclassed model, registered with Keras in this (the driver's) module only: the
+    fit takes it by value, and the executors never register it."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        import keras
+        self.dense = keras.layers.Dense(1)
+
+    def call(self, x):
+        return 3.0 * self.dense(x)
+
+
+def subclassed(hparams):
+    import keras
+    keras.utils.set_random_seed(0)
+    model = Scaled()
+    model.compile(optimizer=keras.optimizers.Adam(hparams["learningRate"]), loss="mse")
+    return model

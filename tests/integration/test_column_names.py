@@ -8,7 +8,6 @@ same rows. The model's inputs are named after their columns and fed by name, so 
 SavedModel signature must take a name it cannot hold as it is (``größe``, spaces).
 """
 
-import os
 
 import numpy as np
 import pytest
@@ -76,12 +75,10 @@ def fitted(frame):
 @pytest.fixture(scope="module")
 def expected(fitted):
     """Keras's predict of the exported model on every row, by row id."""
-    import keras
     import tensorflow as tf
 
-    keras_file = os.path.join(os.path.dirname(fitted.getModelPath()), "model.keras")
     rows = _rows()
-    predicted = np.asarray(keras.models.load_model(keras_file)(
+    predicted = np.asarray(fitted.getKerasModel()(
         [tf.constant([r[1] for r in rows], tf.float32), tf.constant([[r[2]] for r in rows])]
     )).reshape(-1)
     return {r[0]: float(p) for r, p in zip(rows, predicted)}

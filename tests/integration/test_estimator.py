@@ -58,7 +58,8 @@ def test_regression_from_vectors_equals_keras_on_the_same_global_batches(spark, 
         models.linear, {"learningRate": 0.05}, X, y, plan_oracle.consecutive_steps(parts, 64),
         epochs=3)
     _assert_equal_histories(model.getHistory(), keras_history)
-    exported = keras.saving.load_model(os.path.join(export, "model.keras")).get_weights()
+    inside = os.path.join(export, "saved_model", "assets.extra", "sparktf_model.keras")
+    exported = keras.saving.load_model(inside).get_weights()  # travels with the SavedModel
     for ours, theirs in zip(exported, keras_model.get_weights(), strict=True):
         np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-6)
     assert _epoch_rows(caplog) == [400] * 3  # every row, every epoch

@@ -156,3 +156,28 @@ def test_a_tracking_store_that_fails_costs_a_warning_not_the_fit(store, frame, t
                 if "could not log the fit to MLflow" in r.getMessage()]
     assert len(warnings) == 2, warnings  # each time, not once per process
     assert all(run.info.run_id in w for w in warnings), warnings
+
+
+def test_a_subclassed_model_comes_back_as_keras_from_every_place_it_is_kept(
+        store, frame, tmp_path):
+    """getKerasModel of a subclassed model (its class registered on the driver only): from
+    the fit, a saved TFModel, a saved pipeline, runs:/ and models:/. Before: 'loading
+    weights into a model that has not yet been built' in the fit's session, and no .keras
+    at all from MLflow."""
+    with mlflow.start_run() as run:
+        model = TFEstimator(modelFn=models.subclassed, numWorkers=1, epochs=1, batchSize=64,
+                            learningRate=0.05).fit(frame)
+    version = mlflow.register_model(f"runs:/{run.info.run_id}/model", "sparktf-scaled")
+    model.write().save(str(tmp_path / "alone"))
+    PipelineModel(stages=[model]).write().save(str(tmp_path / "pipeline"))
+    features = np.array([r.features for r in frame.collect()], "float32")
+    expected = np.array([r.prediction for r in model.transform(frame).collect()])
+    for where, source in [
+            ("fit", model), ("saved", TFModel.load(str(tmp_path / "alone"))),
+            ("pipeline", PipelineModel.load(str(tmp_path / "pipeline")).stages[0]),
+            ("runs:/", TFModel(modelPath=f"runs:/{run.info.run_id}/model")),
+            ("models:/", TFModel(modelPath=f"models:/sparktf-scaled/{version.version}"))]:
+        keras_model = source.getKerasModel()
+        assert type(keras_model).__name__ == "Scaled", where
+        np.testing.assert_allclose(keras_model.predict(features, verbose=0)[:, 0], expected,
+                                   rtol=1e-5, atol=1e-6, err_msg=where)

@@ -272,3 +272,23 @@ def test_a_run_owned_by_a_live_fit_is_refused_and_a_dead_owners_is_taken(spark, 
     assert os.path.exists(os.path.join(run_dir, "lock.json"))  # stale: its owner is gone
     assert len(TFEstimator(**common).fit(frame).getHistory()["loss"]) == 1
     assert not os.path.exists(os.path.join(run_dir, "lock.json"))
+
+
+@pytest.mark.parametrize("evaluator", [False, True], ids=["fraction", "evaluator"])
+def test_a_frame_computed_in_another_order_each_time_gives_the_same_fit(spark, evaluator):
+    """The frame's rows come in another order each time Spark computes it (a shuffle whose
+    blocks arrive in any order; here sorted by a draw made anew each time): the held-out
+    rows and the batches are still the same, so two fits give one history. Before, the
+    split was rand() over the rows' positions and the order was the arrival order."""
+    import random
+
+    from pyspark.sql import functions as F
+
+    draw = F.udf(lambda: random.random(), "double").asNondeterministic()
+    frame = _frame(spark).orderBy(draw())
+    fit = dict(modelFn=Builder(4), numWorkers=1 if evaluator else 2, epochs=2, batchSize=8,
+               shuffle=True, seed=5, validationFraction=0.25, evaluator=evaluator,
+               learningRate=0.05)
+    first, second = (TFEstimator(**fit).fit(frame).getHistory() for _ in range(2))
+    print(first, second, sep="\n")
+    assert first == second

@@ -421,3 +421,43 @@ def test_a_shrunk_relaunch_says_which_slots_are_not_for_workers(monkeypatch, num
             f"needs {slots} task slots .* and the cluster has {slots - 1} 0 s after the "
             "attempt failed .*executors were lost and not replaced")):
         est._resized(None, stage, None, 0.0)
+
+
+def test_a_fit_in_another_thread_gets_the_drivers_interpreter_too(monkeypatch):
+    """CrossValidator(parallelism=2): while one fit's job is made with the driver's
+    interpreter, another thread's fit must not read that as 'already the driver's' and
+    make its job after the first put Spark's default back (its workers then ran python3:
+    'No module named sparktf')."""
+    import sys
+    import types
+
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    session = types.SimpleNamespace(connect=False, master="local-cluster[2,1,1024]",
+                                    sc=types.SimpleNamespace(pythonExec="python3"),
+                                    get=lambda key: None)
+    first_in, first_may_leave, first_left = (threading.Event() for _ in range(3))
+    second_in = threading.Event()
+    seen = []
+
+    def first():
+        with checks.executor_python(session):
+            first_in.set()
+            first_may_leave.wait(30)
+        first_left.set()
+
+    def second():
+        first_in.wait(30)
+        with checks.executor_python(session):
+            second_in.set()
+            first_left.wait(30)
+            seen.append(session.sc.pythonExec)  # as the second fit's job is made
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    second_in.wait(0.5)  # the second waits for the first (before: it went ahead)
+    first_may_leave.set()
+    for t in threads:
+        t.join(30)
+    assert seen == [sys.executable]
+    assert session.sc.pythonExec == "python3"  # Spark's default back after both

@@ -13,7 +13,13 @@ from sparktf._protocol import heartbeats
 from sparktf.runtime import feed, inference, storage
 from sparktf.runtime.training import bindings as binding
 from sparktf.runtime.training import keras_steps
-from sparktf.runtime.training.spec import EXPORT_DIR, KERAS_FILE, SAVED_MODEL, TrainSpec
+from sparktf.runtime.training.spec import (
+    BUILDER_IN_SAVED_MODEL,
+    EXPORT_DIR,
+    KERAS_IN_SAVED_MODEL,
+    SAVED_MODEL,
+    TrainSpec,
+)
 
 
 def chief_result(model, spec: TrainSpec, ctx, history: dict,
@@ -46,7 +52,8 @@ def _named_specs(x, names: list[str]):
 
 
 def _export(model, spec: TrainSpec, ctx, inputs) -> tuple[str, dict[str, str]]:
-    """Every worker exports (the chief's copy is kept): SavedModel for serving, .keras file.
+    """Every worker exports (the chief's copy is kept): SavedModel for serving, holding the
+    .keras file.
     ``inputs``: ``x`` as the columns feed it (``tf.TensorSpec``s named after the inputs).
 
     Returns the export URI and, for each input of the serving signature, the model input
@@ -68,11 +75,24 @@ def _export(model, spec: TrainSpec, ctx, inputs) -> tuple[str, dict[str, str]]:
                         exist_ok=True)
             with open(os.path.join(path, inference.INPUT_NAMES), "w") as f:
                 json.dump(back, f)
-        model.save(os.path.join(local, KERAS_FILE))
+        _keep_keras_model(model, spec, path, inputs)
         names = list(inference.describe(path, "serving_default")[0])
         if ctx.isChief:
             storage.put_dir(local, target)
     return target, {name: back.get(name, name) for name in names}
+
+
+def _keep_keras_model(model, spec: TrainSpec, path: str, inputs) -> None:
+    """The Keras model (``.keras``) inside the SavedModel ``path``, where it travels with
+    it (a saved TFModel, MLflow's ``runs:/``), and what builds it where Keras cannot load
+    its class (a subclassed model whose class came by value): ``modelFn``, its hparams and
+    its inputs' specs, pickled (``TFModel.getKerasModel``)."""
+    import cloudpickle
+
+    os.makedirs(os.path.join(path, "assets.extra"), exist_ok=True)
+    model.save(os.path.join(path, KERAS_IN_SAVED_MODEL))
+    with open(os.path.join(path, BUILDER_IN_SAVED_MODEL), "wb") as f:
+        cloudpickle.dump((spec.model_fn, dict(spec.hparams), inputs), f)
 
 
 def _export_saved_model(model, path: str, inputs=None) -> dict[str, str]:

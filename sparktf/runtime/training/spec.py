@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -15,7 +16,11 @@ from sparktf.runtime.training.bindings import Bindings
 
 EXPORT_DIR = "export"
 SAVED_MODEL = "saved_model"
-KERAS_FILE = "model.keras"
+KERAS_FILE = "model.keras"  # beside the SavedModel: where earlier fits wrote it
+# Inside the SavedModel (assets.extra travels with it: a saved TFModel, MLflow): the Keras
+# model, and what builds it where Keras cannot load its class (modelFn, hparams, inputs)
+KERAS_IN_SAVED_MODEL = os.path.join("assets.extra", "sparktf_model.keras")
+BUILDER_IN_SAVED_MODEL = os.path.join("assets.extra", "sparktf_model_fn.pkl")
 
 
 @dataclasses.dataclass(frozen=True)

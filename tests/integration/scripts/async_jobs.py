@@ -38,9 +38,7 @@ def linear_frame(spark, n, seed=0):
 
 
 def weights(model):
-    import keras
-    path = os.path.join(os.path.dirname(model.getModelPath()), "model.keras")
-    kernel, bias = keras.saving.load_model(path).get_weights()
+    kernel, bias = model.getKerasModel().get_weights()
     return kernel[:, 0].tolist() + [float(bias[0])]
 
 
