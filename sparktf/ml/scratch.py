@@ -17,8 +17,12 @@ import contextvars
 import functools
 import logging
 import os
+import re
 import shutil
+import socket
 import tempfile
+
+from sparktf.ml import run_lock
 
 logger = logging.getLogger("sparktf")
 
@@ -31,13 +35,49 @@ _MADE: contextvars.ContextVar[list[str]] = contextvars.ContextVar("sparktf_fit_f
 
 def model_folder() -> str:
     """A new ``sparktf-model-*`` folder in the temp dir, removed when this process ends
-    (or when the fit making it fails)."""
-    path = tempfile.mkdtemp(prefix=PREFIX)
+    (or when the fit making it fails); it is named after its owner (machine, process and
+    the process's start), and the folders of owners that are gone (a killed driver cannot
+    remove its own) are removed first."""
+    sweep(tempfile.gettempdir())
+    path = tempfile.mkdtemp(prefix=f"{PREFIX}{_owner(os.getpid())}-")
     atexit.register(remove, path, os.getpid())
     made = _MADE.get(None)
     if made is not None:
         made.append(path)
     return path
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname())
+
+
+def _owner(pid: int) -> str:
+    """This machine, process ``pid`` and its start: a folder's owner, in its name."""
+    return f"{_host()}-{pid}-{run_lock.process_start(pid)}"
+
+
+_OWNED = re.compile(rf"^{re.escape(PREFIX)}(?P<host>[A-Za-z0-9._]+)-(?P<pid>\d+)-(?P<start>\d+)-")
+
+
+def sweep(folder: str) -> None:
+    """Removes the ``sparktf-model-*`` folders in ``folder`` whose driver on this machine
+    is gone, if they are this user's."""
+    for name in os.listdir(folder):
+        found = _OWNED.match(name)
+        path = os.path.join(folder, name)
+        if (found is None or f"{found['host']}-{found['pid']}-{found['start']}"
+                == _owner(int(found["pid"])) or not _ours_on_this_host(path, found["host"])):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        logger.info("sparktf: removed %s, left by a driver process that is gone", path)
+
+
+def _ours_on_this_host(path: str, host: str) -> bool:
+    try:
+        mine = os.stat(path).st_uid == os.getuid()
+    except OSError:
+        return False
+    return mine and host == _host()
 
 
 def removes_its_folder_on_failure(fit):

@@ -142,7 +142,7 @@ class _Loaded:
         import tensorflow as tf
 
         scratch = None if storage.is_local(model_path) else tempfile.mkdtemp(
-            prefix="sparktf-model-")
+            prefix="sparktf-model-", dir=storage.scratch_root())
         try:
             with tf.device(device):
                 model = tf.saved_model.load(storage.get_dir(model_path, scratch))

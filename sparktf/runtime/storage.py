@@ -41,6 +41,22 @@ def parent(uri: str) -> str:
     return uri.rstrip("/").rsplit("/", 1)[0]
 
 
+def scratch_root() -> str | None:
+    """Where a task's temporary folders go: a ``sparktf`` folder in its executor's own
+    local directory (the ``SPARK_LOCAL_DIRS`` Spark gives its Python workers, which Spark
+    removes when the executor or the application ends, also after a process of the task
+    was killed and could not clean up); the system's temporary folder elsewhere."""
+    dirs = os.environ.get("SPARK_LOCAL_DIRS")
+    if not dirs:
+        return None
+    root = os.path.join(dirs.split(",")[0], "sparktf")
+    try:
+        os.makedirs(root, exist_ok=True)
+    except OSError:
+        return None
+    return root
+
+
 def _fs(uri: str):
     from pyarrow import fs
     return fs.FileSystem.from_uri(uri)
@@ -194,5 +210,5 @@ def remove_dir(uri: str) -> None:
 def copy_dir(source: str, target: str) -> None:
     """Copies the tree at ``source`` to ``target``, any two URIs."""
     import tempfile
-    with tempfile.TemporaryDirectory(prefix="sparktf-copy-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="sparktf-copy-", dir=scratch_root()) as scratch:
         put_dir(get_dir(source, os.path.join(scratch, "tree")), target)

@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from sparktf._protocol.client import EventClient, JobEnded
 from sparktf.errors import TaskFailedError
-from sparktf.runtime import arrival, cluster, columns, feed, gpu, row_checks, zip_imports
+from sparktf.runtime import arrival, cluster, columns, feed, gpu, row_checks, storage, zip_imports
 from sparktf.runtime.context import TaskContext
 from sparktf.runtime.task_process import TaskProcess
 
@@ -83,7 +83,8 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
 
 
 def _run(spec: TaskSpec, batches, barrier, rank: int, role, events: EventClient):
-    with tempfile.TemporaryDirectory(prefix=f"sparktf-rank{rank}-") as workdir:
+    with tempfile.TemporaryDirectory(prefix=f"sparktf-rank{rank}-",
+                                     dir=storage.scratch_root()) as workdir:
         events.phase("task started")
         assigned = gpu.assigned(barrier)
         try:

@@ -1,12 +1,15 @@
 """Fault injection on local-cluster: killed workers, raising user code, a lost executor."""
 
 import csv
+import glob
 import json
 import logging
 import os
 import signal
+import tempfile
 import threading
 import time
+import uuid
 
 import keras
 import numpy as np
@@ -67,10 +70,19 @@ def test_a_killed_worker_is_relaunched_and_resumes_from_the_last_checkpoint(spar
     caplog.set_level(logging.INFO, logger="sparktf")
     marks = tmp_path / "marks"
     marks.mkdir()
+    # rank 1 writes its CSVLogger file to a private folder of its own: the killed process
+    # cannot remove it, so it must be in the executor's Spark-owned folder, not /tmp's
+    csv_name = f"epochs-{uuid.uuid4().hex}.csv"
     est = TFEstimator(modelFn=models.linear, numWorkers=2, epochs=EPOCHS, batchSize=32,
                       learningRate=0.05, maxRetries=1, modelDir=str(tmp_path / "m"),
-                      callbacks=[KillOnce(str(marks))])
+                      callbacks=[keras.callbacks.CSVLogger(str(tmp_path / csv_name)),
+                                 KillOnce(str(marks))])
     history = est.fit(_frame(spark)).getHistory()
+    temp = tempfile.gettempdir()
+    assert glob.glob(os.path.join(temp, "sparktf-*", "**", csv_name), recursive=True) == []
+    left = glob.glob(os.path.join(temp, "spark-*", "executor-*", "blockmgr-*", "sparktf",
+                                  "sparktf-callbacks-*", "*", csv_name))
+    assert len(left) == 1, left  # the killed one's, until Spark removes the application's
     assert len(history["loss"]) == EPOCHS  # complete and continuous
     assert history["loss"][-1] < history["loss"][0]
     begun = sorted(os.listdir(marks))

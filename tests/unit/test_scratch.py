@@ -69,3 +69,20 @@ def test_the_folders_go_when_the_process_ends_and_not_when_a_forked_child_does(t
     assert done.returncode == 0
     assert done.stdout.strip() == "True"  # still there after the child's exit
     assert os.listdir(tmp_path) == []  # gone after the process's
+
+
+def test_a_killed_drivers_folder_is_removed_by_the_next_fit_and_a_live_ones_kept(temp_dir):
+    """A driver killed during a fit cannot remove its sparktf-model-* folder: the next
+    driver's first fit does, and leaves alone those of live drivers and of other folders."""
+    dead = subprocess.run(
+        [sys.executable, "-c", "import tempfile; from sparktf.ml import scratch\n"
+         f"tempfile.tempdir = {str(temp_dir)!r}\n"
+         "import os; print(scratch.model_folder(), flush=True); os._exit(0)"],
+        capture_output=True, text=True, check=True).stdout.strip()
+    assert os.path.isdir(dead)  # os._exit: its exit hooks never ran, as when killed
+    live = scratch.model_folder()  # sweeps first
+    other = temp_dir / "sparktf-model-unrelated"
+    other.mkdir()
+    assert not os.path.exists(dead)
+    scratch.model_folder()
+    assert os.path.isdir(live) and other.is_dir()

@@ -61,7 +61,7 @@ def save(model, model_dir: str, epoch: int, history: dict, is_chief: bool,
     import tensorflow as tf
 
     name = _name(epoch)
-    with tempfile.TemporaryDirectory(prefix="sparktf-ckpt-") as local:
+    with tempfile.TemporaryDirectory(prefix="sparktf-ckpt-", dir=storage.scratch_root()) as local:
         tf.train.Checkpoint(model=model, optimizer=model.optimizer).write(
             os.path.join(local, VARIABLES))
         with open(os.path.join(local, STATE), "w") as f:
@@ -95,7 +95,7 @@ def restore(model, model_dir: str, found: dict) -> None:
     """Loads the model's and optimizer's variables from the checkpoint ``found``."""
     import tensorflow as tf
 
-    with tempfile.TemporaryDirectory(prefix="sparktf-ckpt-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="sparktf-ckpt-", dir=storage.scratch_root()) as scratch:
         local = storage.get_dir(storage.join(_root(model_dir), found["dir"]), scratch)
         tf.train.Checkpoint(model=model, optimizer=model.optimizer).read(
             os.path.join(local, VARIABLES)).assert_existing_objects_matched()

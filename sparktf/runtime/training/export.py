@@ -63,7 +63,8 @@ def _export(model, spec: TrainSpec, ctx, inputs) -> tuple[str, dict[str, str]]:
     """
     target = storage.join(spec.model_dir, EXPORT_DIR)
     renamed: dict[str, str] = {}
-    with tempfile.TemporaryDirectory(prefix="sparktf-export-") as local:
+    with tempfile.TemporaryDirectory(prefix="sparktf-export-",
+                                     dir=storage.scratch_root()) as local:
         path = os.path.join(local, SAVED_MODEL)
         if keras_steps.is_tf_keras(model):
             renamed = _export_tf_keras(model, path)

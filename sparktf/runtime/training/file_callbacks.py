@@ -52,7 +52,7 @@ def private_paths(callbacks, is_chief: bool):
     if is_chief or not writers:
         yield
         return
-    folder = tempfile.mkdtemp(prefix="sparktf-callbacks-")
+    folder = tempfile.mkdtemp(prefix="sparktf-callbacks-", dir=storage.scratch_root())
     try:
         for i, (callback, attribute) in enumerate(writers):
             given = str(getattr(callback, attribute)).rstrip("/\\")

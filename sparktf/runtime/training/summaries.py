@@ -31,7 +31,7 @@ class EpochSummaries:
         if storage.is_local(self._target):
             root = storage.local_path(self._target)
         else:  # written locally, copied after each epoch
-            self._local = tempfile.mkdtemp(prefix="sparktf-logs-")
+            self._local = tempfile.mkdtemp(prefix="sparktf-logs-", dir=storage.scratch_root())
             root = self._local
         for split in ("train", "validation"):
             self._writers[split] = tf.summary.create_file_writer(os.path.join(root, split))
