@@ -387,7 +387,10 @@ def _collect(session: sessions.Session, job, timeout: float | None, what: str, t
         if timer:
             timer.cancel()
             timer.join()
-        session.remove_tag(tag)
+        try:
+            session.remove_tag(tag)
+        except Exception as e:  # noqa: BLE001 - a session gone must not hide the job's error
+            logger.debug("sparktf: could not remove job tag %s: %s", tag, e)
 
 
 CANCEL_JOIN_S = 30.0  # a cancellation is one call to Spark; do not outlive the stage by more

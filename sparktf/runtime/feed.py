@@ -12,6 +12,7 @@ against the process.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Iterable, Iterator, Sequence
 
@@ -143,9 +144,13 @@ def spill(batches: Iterable[pa.RecordBatch], path: str, columns: Sequence[str],
             mask = batch.column(split_column)
             main.write(batch.filter(pa.compute.invert(mask)))
             held_out.write(batch.filter(mask))
-    finally:
-        shards = (main.close(), held_out.close() if held_out else None)
-    return shards
+    except BaseException:
+        for writer in (main, held_out):  # the rows' own error is the one to report
+            if writer is not None:
+                with contextlib.suppress(Exception):
+                    writer.close()
+        raise
+    return main.close(), held_out.close() if held_out else None
 
 
 def _schema_mismatch(first: pa.Schema, later: pa.Schema) -> str:

@@ -299,3 +299,18 @@ def test_a_pending_share_tells_the_batch_ends_then_the_share():
     lost.fail("the task ended")
     with pytest.raises(RuntimeError, match="rows never arrived: the task ended"):
         lost.share()
+
+
+def test_a_spill_cut_short_reports_the_rows_error_not_the_writers(tmp_path, monkeypatch):
+    """Spark's rows end in an error (a stream cut short): closing the half-written shard
+    may fail too, and must not replace the error being reported."""
+    def rows():
+        yield pa.record_batch({"x": pa.array([1.0, 2.0])})
+        raise ValueError("Spark's stream was cut short")
+
+    def close_fails(self):
+        raise OSError("the half-written shard cannot be closed")
+
+    monkeypatch.setattr(feed._ShardWriter, "close", close_fails)
+    with pytest.raises(ValueError, match="cut short"):
+        feed.spill(rows(), str(tmp_path / "shard"), ["x"])
