@@ -130,7 +130,7 @@ def test_a_module_the_executors_cannot_import_is_named_every_time(spark, tmp_pat
     import sparktf_missing_common
 
     frame = _frame(spark)
-    for attempt in range(5):
+    for attempt in range(3):
         with pytest.raises(sparktf.TaskFailedError) as info:
             TFEstimator(modelFn=sparktf_missing_common.build, numWorkers=2, epochs=1,
                         batchSize=8).fit(frame)

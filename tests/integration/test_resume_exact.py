@@ -286,7 +286,7 @@ def test_a_frame_computed_in_another_order_each_time_gives_the_same_fit(spark, e
 
     draw = F.udf(lambda: random.random(), "double").asNondeterministic()
     frame = _frame(spark).orderBy(draw())
-    fit = dict(modelFn=Builder(4), numWorkers=1 if evaluator else 2, epochs=2, batchSize=8,
+    fit = dict(modelFn=Builder(4), numWorkers=1 if evaluator else 2, epochs=1, batchSize=8,
                shuffle=True, seed=5, validationFraction=0.25, evaluator=evaluator,
                learningRate=0.05)
     first, second = (TFEstimator(**fit).fit(frame).getHistory() for _ in range(2))

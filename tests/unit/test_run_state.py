@@ -68,3 +68,18 @@ def test_a_file_uri_keeps_a_hash_and_a_question_mark():
     assert storage.local_path("file://localhost/data/a#b") == "/data/a#b"
     assert storage.local_path("file:/data/a") == "/data/a"
     assert storage.is_local("file:///data/run#3")
+
+
+def test_keras_own_callbacks_carry_their_state_and_the_users_own_start_afresh():
+    class Counter(keras.callbacks.Callback):  # the user's: its state may be one attempt's
+        pass
+
+    class Patient(keras.callbacks.EarlyStopping):  # a Keras callback, subclassed
+        pass
+
+    assert file_callbacks.carries_state(keras.callbacks.EarlyStopping())
+    assert file_callbacks.carries_state(keras.callbacks.ReduceLROnPlateau())
+    assert file_callbacks.carries_state(Patient())
+    assert not file_callbacks.carries_state(Counter())
+    assert not file_callbacks.carries_state(keras.callbacks.CSVLogger("x.csv"))
+    assert not file_callbacks.carries_state(keras.callbacks.ModelCheckpoint("x.keras"))

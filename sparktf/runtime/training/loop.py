@@ -90,9 +90,8 @@ class EpochRunner:
         if spec.keep_best:
             self.best = best.keep_best(spec.keep_best, spec.keep_best_mode)
             self.best.set_model(model)
-        # the callbacks whose attributes are part of the run's state (file callbacks carry
-        # on from their files: file_callbacks.resume)
-        self.stateful = [c for c in spec.callbacks if not file_callbacks.writes_files(c)]
+        # the callbacks whose attributes are part of the run's state: Keras's own
+        self.stateful = [c for c in spec.callbacks if file_callbacks.carries_state(c)]
 
     def train_epoch(self, epoch: int) -> dict[str, float]:
         raise NotImplementedError

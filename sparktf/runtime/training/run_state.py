@@ -1,10 +1,9 @@
 """What a fit's checkpoint holds beyond its variables, so that a resumed or relaunched fit
 is the uninterrupted one: Keras's random state (every ``SeedGenerator``: Dropout,
 GaussianNoise, augmentation layers, ``keras.random`` calls given a generator, and the
-global one), whether a callback stopped the training, and what the callbacks keep from
-epoch to epoch (``EarlyStopping``'s patience and best weights, ``ReduceLROnPlateau``'s
-counters, a user callback's counters): their attributes of plain data, and the module
-functions set beside them.
+global one), whether a callback stopped the training, and what Keras's callbacks keep
+from epoch to epoch (``EarlyStopping``'s patience and best weights, ``ReduceLROnPlateau``'s
+counters): their attributes of plain data, and the module functions set beside them.
 
 Everything here is JSON (the callbacks' state as base64 of a pickle of plain values), kept
 in the checkpoint's ``state.json``.
