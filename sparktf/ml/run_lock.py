@@ -3,11 +3,14 @@ trains it (its machine, its driver process and that process's start, a token) an
 renewed while the fit runs. Another fit of the same ``runId`` is refused while the owner
 lives: on the owner's machine, while its process runs; from another machine, while the
 lock is renewed. A driver that died leaves a lock that goes stale: at once on its own
-machine, ``STALE_S`` after its last renewal elsewhere."""
+machine, ``STALE_S`` after its last renewal elsewhere. On a local (or mounted) folder the
+look and the take are one step among drivers (``flock``); on an object store the last
+writer wins and reads its lock back, which narrows the race but cannot close it."""
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import socket
@@ -46,29 +49,28 @@ def owned(run_dir: str):
 
 
 def _take(path: str, run_dir: str, me: dict) -> None:
-    held = _held(path)
-    if held is not None and alive(held):
-        _refuse(run_dir, held)
     data = json.dumps(me).encode()
     if not storage.is_local(path):  # an object store: the last writer wins, read it back
+        held = _held(path)
+        if held is not None and alive(held):
+            _refuse(run_dir, held)
         storage.replace_bytes(path, data)
         if (_held(path) or {}).get("token") != me["token"]:
             _refuse(run_dir, _held(path) or {})
         return
     local = storage.local_path(path)
-    if held is not None:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(local)  # stale: its owner is gone
-    scratch = f"{local}.{me['token']}.tmp"
     os.makedirs(os.path.dirname(local) or ".", exist_ok=True)
-    with open(scratch, "wb") as f:
-        f.write(data)
-    try:
-        os.link(scratch, local)  # fails if another fit took the run meanwhile
-    except FileExistsError:
-        _refuse(run_dir, _held(path) or {})
-    finally:
-        os.remove(scratch)
+    # the look and the take in one step among drivers: a stale lock seen by two of them is
+    # taken by one (flock on a file beside it, released when this process ends)
+    with open(f"{local}.guard", "a") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)
+        try:
+            held = _held(path)
+            if held is not None and alive(held):
+                _refuse(run_dir, held)
+            storage.replace_bytes(path, data)
+        finally:
+            fcntl.flock(guard, fcntl.LOCK_UN)
 
 
 def _refuse(run_dir: str, held: dict) -> None:

@@ -64,3 +64,40 @@ def test_a_lock_from_another_machine_holds_while_it_is_renewed(tmp_path, age, re
     else:
         with run_lock.owned(str(tmp_path)):
             pass
+
+
+def _take_and_hold(run, go, owned, released):
+    go.wait(30)
+    try:
+        with run_lock.owned(run):
+            owned.put(os.getpid())
+            released.wait(30)  # held until every contender has tried
+    except InvalidInputError:
+        owned.put(None)
+
+
+def test_drivers_that_find_a_stale_lock_together_take_the_run_one_at_a_time(tmp_path):
+    """Before: each removed the stale lock and linked its own, and a slower one could
+    remove a faster one's new lock: two owners at once in 3 of 10 trials of 6."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    for trial in range(10):
+        run = str(tmp_path / f"run{trial}")
+        os.makedirs(run)
+        dead = subprocess.Popen(["true"])
+        dead.wait()
+        (tmp_path / f"run{trial}" / "lock.json").write_text(json.dumps({
+            "token": "dead", "host": os.uname().nodename, "pid": dead.pid, "started": 1,
+            "renewed": time.time()}))
+        go, released, owned = context.Event(), context.Event(), context.Queue()
+        contenders = [context.Process(target=_take_and_hold, args=(run, go, owned, released))
+                      for _ in range(5)]
+        for p in contenders:
+            p.start()
+        go.set()
+        said = [owned.get(timeout=60) for _ in contenders]
+        released.set()
+        for p in contenders:
+            p.join(30)
+        assert len([pid for pid in said if pid is not None]) == 1, said
