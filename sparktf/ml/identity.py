@@ -8,11 +8,18 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import hashlib
 import json
 import logging
+import os
 import random
 import re
+import sys
+import sysconfig
+import types
+
+import numpy as np
 
 logger = logging.getLogger("sparktf")
 
@@ -27,13 +34,10 @@ def model_identity(model_fn, hparams: dict) -> dict:
         with _fresh_names(), _own_random_state():
             model = model_fn(dict(hparams))
         return describe(model)
-    except Exception as e:  # noqa: BLE001 - any failure: recognised by its pickle instead
-        import cloudpickle
-
+    except Exception as e:  # noqa: BLE001 - any failure: recognised by its code instead
         logger.info("sparktf: modelFn could not build its model on the driver (%s: %s): the "
-                    "run recognises it by its pickle", type(e).__name__, e)
-        digest = hashlib.sha256(cloudpickle.dumps(model_fn)).hexdigest()
-        return {"pickle": digest}
+                    "run recognises it by its code", type(e).__name__, e)
+        return {"modelFn": code_identity(model_fn)}
 
 
 def describe(model) -> dict:
@@ -49,11 +53,144 @@ def describe(model) -> dict:
             out[key] = _json(read()) if read is not None else None
         except Exception:  # noqa: BLE001 - a subclassed model without get_config
             out[key] = None
+    out["config"] = _without_lambda_code(out["config"])
     out["variables"] = [[list(map(_dim, v.shape)), str(v.dtype)] for v in model.weights]
+    # what the configuration cannot say: the code of the user's own classes (a subclassed
+    # model is its code), Lambda layers' functions and a loss of the user's own, with
+    # the values their closures hold
+    layers = model._flatten_layers(include_self=True, recursive=True) \
+        if hasattr(model, "_flatten_layers") else [model, *getattr(model, "layers", [])]
+    classes = list(dict.fromkeys(type(layer) for layer in layers))
+    out["code"] = {
+        "classes": [code_identity(c) for c in classes if not _library(c)],
+        "lambdas": [code_identity(layer.function) for layer in layers
+                    if hasattr(layer, "function") and callable(layer.function)],
+        "loss": code_identity(getattr(model, "loss", None)),
+    }
     if "tf_keras" in kind.__module__ or any(b.__module__.startswith("tf_keras")
                                             for b in kind.__mro__):
         out = _strip_auto_names(out)  # tf_keras counts names per graph: no fresh count
     return out
+
+
+def code_identity(obj, depth: int = 0, seen: set | None = None):
+    """``obj`` as JSON that two driver processes agree on: a function as its bytecode,
+    constants, names and the values its closure and defaults hold (not its file or line:
+    a notebook cell's file changes with each kernel); a partial as its function and
+    arguments; a class of the user's own as its methods; an instance as its class and
+    plain attributes; plain values as themselves; a library's function or class (Keras,
+    TensorFlow, anything installed) by name."""
+    seen = set() if seen is None else seen
+    if depth > 8:
+        return _name(obj)
+    if isinstance(obj, (types.FunctionType, type)) or hasattr(obj, "__dict__"):
+        if id(obj) in seen:  # met before (a class whose method names it): by name
+            return {"seen": _name(obj)}
+        seen.add(id(obj))
+    deeper = depth + 1
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    if isinstance(obj, (list, tuple)):
+        return [code_identity(v, deeper, seen) for v in obj]
+    if isinstance(obj, dict):
+        return {str(k): code_identity(v, deeper, seen)
+                for k, v in sorted(obj.items(), key=str)}
+    if isinstance(obj, functools.partial):
+        return {"partial": code_identity(obj.func, deeper, seen),
+                "args": code_identity(list(obj.args), deeper, seen),
+                "keywords": code_identity(obj.keywords, deeper, seen)}
+    if isinstance(obj, types.MethodType):
+        return {"method": code_identity(obj.__func__, deeper, seen),
+                "of": code_identity(obj.__self__, deeper, seen)}
+    if isinstance(obj, types.FunctionType):
+        if _library(obj):
+            return _name(obj)
+        closure = [c.cell_contents for c in obj.__closure__ or ()
+                   if _filled(c)]
+        return {"function": obj.__qualname__, "code": _code(obj.__code__),
+                "closure": code_identity(closure, deeper, seen),
+                "defaults": code_identity(list(obj.__defaults__ or ()), deeper, seen)}
+    if isinstance(obj, type):
+        if _library(obj):
+            return _name(obj)
+        return {"class": obj.__qualname__,
+                "bases": [_name(b) if _library(b) else code_identity(b, deeper, seen)
+                          for b in obj.__bases__],
+                "members": {k: code_identity(v, deeper, seen)
+                            for k, v in sorted(vars(obj).items())
+                            if isinstance(v, (types.FunctionType, staticmethod, classmethod,
+                                              bool, int, float, str))}}
+    if isinstance(obj, (staticmethod, classmethod)):
+        return code_identity(obj.__func__, deeper, seen)
+    if isinstance(obj, np.ndarray):
+        return {"array": hashlib.sha256(np.ascontiguousarray(obj).tobytes()).hexdigest(),
+                "shape": list(obj.shape), "dtype": str(obj.dtype)}
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if _library(type(obj)):
+        return _name(type(obj))
+    return {"instance": code_identity(type(obj), deeper, seen),
+            "attributes": code_identity(getattr(obj, "__dict__", {}), deeper, seen)}
+
+
+def _code(code: types.CodeType) -> dict:
+    """Bytecode, constants (nested code included) and names: not the file, line or
+    position tables."""
+    consts = [_code(c) if isinstance(c, types.CodeType) else
+              c if c is None or isinstance(c, (bool, int, float, str)) else repr(c)
+              for c in code.co_consts]
+    return {"bytecode": hashlib.sha256(code.co_code).hexdigest()[:16], "consts": consts,
+            "names": list(code.co_names)}
+
+
+def _filled(cell) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 - an empty cell raises
+    except ValueError:
+        return False
+    return True
+
+
+def _library(obj) -> bool:
+    """Whether ``obj`` (a function or class) comes from a library: Python's, an installed
+    package's, or Keras/TensorFlow/NumPy; not the user's script, notebook or own package."""
+    module = getattr(obj, "__module__", None) or ""
+    if module == "__main__" or not module:
+        return False
+    if module.split(".")[0] in _LIBRARIES:
+        return True
+    loaded = sys.modules.get(module)
+    path = getattr(loaded, "__file__", None) or ""
+    return not path or any(path.startswith(root) for root in _library_roots())
+
+
+_LIBRARIES = {"keras", "tf_keras", "tensorflow", "numpy", "builtins", "functools",
+              "operator", "math"}
+
+
+@functools.lru_cache(maxsize=1)
+def _library_roots() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    return tuple({os.path.realpath(paths[k]) + os.sep for k in
+                  ("stdlib", "platstdlib", "purelib", "platlib")} |
+                 {os.path.abspath(paths[k]) + os.sep for k in
+                  ("stdlib", "platstdlib", "purelib", "platlib")})
+
+
+def _name(obj) -> str:
+    return f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', type(obj).__name__)}"
+
+
+def _without_lambda_code(config):
+    """The configuration with each Lambda layer's function left out (marshalled code holds
+    its file and line numbers); ``code_identity`` of the function stands for it."""
+    if isinstance(config, dict):
+        if config.get("class_name") == "__lambda__":
+            return {"class_name": "__lambda__"}
+        return {k: _without_lambda_code(v) for k, v in config.items()}
+    if isinstance(config, list):
+        return [_without_lambda_code(v) for v in config]
+    return config
 
 
 def differences(before: dict, now: dict, limit: int = 3) -> list[str]:
@@ -124,8 +261,6 @@ def _fresh_names():
 def _own_random_state():
     """A ``modelFn`` that seeds (``keras.utils.set_random_seed``) leaves Python's and
     NumPy's random state of the driver as it found them."""
-    import numpy as np
-
     python, numpy = random.getstate(), np.random.get_state()
     try:
         yield

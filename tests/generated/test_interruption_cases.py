@@ -98,6 +98,7 @@ def cases(draw):
                                                             else [])])),
         "patience": draw(st.sampled_from([None, 1, 2])),
         "seed": draw(st.integers(0, 1000)),
+        "save_every": draw(st.sampled_from([None, 2, 3])),
     }
     steps = max(1, -(-ROWS * 3 // 4 // case["batch"]))  # fewest steps an epoch has
     point = draw(st.one_of(
@@ -123,6 +124,10 @@ def _frame(spark):
 
 def _estimator(case, folder, name, lose):
     callbacks = [keras.callbacks.CSVLogger(os.path.join(folder, f"{name}.csv"))]
+    if case["save_every"]:  # a file every few steps, counted across epochs
+        callbacks.append(keras.callbacks.ModelCheckpoint(
+            os.path.join(folder, name + "-{epoch}-{batch}.weights.h5"),
+            save_weights_only=True, save_freq=case["save_every"]))
     if case["patience"] is not None:  # a min_delta no epoch reaches: stops at patience + 1
         callbacks.append(keras.callbacks.EarlyStopping(monitor="loss", min_delta=100.0,
                                                        patience=case["patience"]))
@@ -174,6 +179,12 @@ def _lost_while_writing_result(monkeypatch):
     return Lost
 
 
+def _weights(case, path):
+    model = classifier({"dropout": case["dropout"], "learningRate": 0.01})
+    model.load_weights(path)
+    return model.get_weights()
+
+
 def _numbers(rows):
     """CSVLogger's rows as floats ('NA', Keras's mark of a value an epoch lacks: NaN)."""
     return np.array([[float("nan") if v == "NA" else float(v) for v in r] for r in rows])
@@ -189,6 +200,13 @@ def _csv(path):
 def test_a_fit_lost_anywhere_resumes_into_the_uninterrupted_fit(spark, case):
     print(case)
     folder = tempfile.mkdtemp(prefix="sparktf-test-interrupted-")
+    try:
+        _lose_and_compare(spark, case, folder)
+    finally:
+        storage.remove_dir(folder)
+
+
+def _lose_and_compare(spark, case, folder):
     frame = _frame(spark)
     point = case["point"] if case["point"] != ["result"] else ["never"]
     never = os.path.join(folder, "never")
@@ -225,4 +243,12 @@ def test_a_fit_lost_anywhere_resumes_into_the_uninterrupted_fit(spark, case):
     assert [r[0] for r in ran] == [r[0] for r in oracle]
     assert ran[0] == oracle[0]
     np.testing.assert_allclose(_numbers(ran[1:]), _numbers(oracle[1:]), rtol=1e-6)
-    storage.remove_dir(folder)
+    saved = {name: sorted(n.split("-", 1)[1] for n in os.listdir(folder)
+                          if n.endswith(".h5") and n.startswith(f"{name}-"))
+             for name in ("run", "whole")}
+    assert saved["run"] == saved["whole"]  # saved at the same steps
+    for key in saved["run"]:
+        ours, theirs = (_weights(case, os.path.join(folder, f"{n}-{key}"))
+                        for n in ("run", "whole"))
+        for a, b in zip(ours, theirs, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7, err_msg=key)

@@ -55,7 +55,78 @@ def test_building_on_the_driver_leaves_its_random_state_alone():
     assert (random.random(), np.random.rand()) == expected
 
 
-def test_a_model_fn_the_driver_cannot_run_is_recognised_by_its_pickle():
+def test_a_model_fn_the_driver_cannot_run_is_recognised_by_its_code():
     def needs_the_executors(hparams):
         raise ImportError("only on the executors")
-    assert set(identity.model_identity(needs_the_executors, {})) == {"pickle"}
+    assert set(identity.model_identity(needs_the_executors, {})) == {"modelFn"}
+
+
+def _subclassed(activation):
+    import keras
+
+    class Sub(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = keras.layers.Dense(4, activation=activation)
+            self.out = keras.layers.Dense(1)
+
+        def call(self, x):
+            return self.out(self.dense(x))
+
+    def build(hparams):
+        model = Sub()
+        model.compile("adam", "mse")
+        return model
+    return build
+
+
+def _scaled_loss(scale):
+    def build(hparams):
+        import keras
+
+        def loss(y, p):
+            return scale * keras.ops.mean((y - p) ** 2)
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+        model.compile("adam", loss)
+        return model
+    return build
+
+
+def test_what_the_configuration_cannot_say_is_told_apart_by_the_code():
+    """Found by review: a subclassed model over another activation and a loss closure
+    over another scale were taken for the same model (their configs say nothing of it)."""
+    relu, tanh = (identity.model_identity(_subclassed(a), {}) for a in ("relu", "tanh"))
+    assert identity.model_identity(_subclassed("relu"), {}) == relu
+    said = identity.differences(relu, tanh)
+    print(said)
+    assert said and '"relu" then, "tanh" now' in said[0]
+    one, hundred = (identity.model_identity(_scaled_loss(s), {}) for s in (1.0, 100.0))
+    assert identity.model_identity(_scaled_loss(1.0), {}) == one
+    assert any("1.0 then, 100.0 now" in d for d in identity.differences(one, hundred))
+
+
+LAMBDA_MODEL = """
+import keras
+def build(hparams):
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Lambda(lambda x: x * 2.0),
+                              keras.layers.Dense(1)])
+    model.compile("adam", "mse")
+    return model
+"""
+
+
+def test_a_lambda_layer_from_another_file_or_line_is_the_same_model(tmp_path):
+    """A notebook cell is a new file in each kernel, at other lines: the same Lambda layer
+    is the same model (before: its marshalled code, with file and lines, differed)."""
+    import subprocess
+    import sys
+
+    seen = []
+    for i, padding in enumerate(["", "\n\n\n"]):
+        script = tmp_path / f"cell{i}.py"
+        script.write_text(padding + LAMBDA_MODEL + (
+            "import json\nfrom sparktf.ml import identity\n"
+            "print(json.dumps(identity.model_identity(build, {})))\n"))
+        seen.append(subprocess.run([sys.executable, str(script)], capture_output=True,
+                                   text=True, check=True).stdout.strip().splitlines()[-1])
+    assert seen[0] == seen[1]

@@ -39,9 +39,10 @@ def test_early_stopping_carries_its_patience_and_its_own_settings():
                                            restore_best_weights=True)
     before.set_model(model)
     before.on_train_begin()
+    initial = run_state.snapshot([before])
     for epoch, loss in enumerate([5.0, 4.5]):
         before.on_epoch_end(epoch, {"loss": loss})
-    saved = run_state.callbacks_state([before])
+    saved = run_state.callbacks_state([before], initial)
     after = keras.callbacks.EarlyStopping(monitor="loss", min_delta=1.0, patience=3,
                                           restore_best_weights=True)
     after.set_model(model)
@@ -81,5 +82,29 @@ def test_keras_own_callbacks_carry_their_state_and_the_users_own_start_afresh():
     assert file_callbacks.carries_state(keras.callbacks.ReduceLROnPlateau())
     assert file_callbacks.carries_state(Patient())
     assert not file_callbacks.carries_state(Counter())
-    assert not file_callbacks.carries_state(keras.callbacks.CSVLogger("x.csv"))
-    assert not file_callbacks.carries_state(keras.callbacks.ModelCheckpoint("x.keras"))
+    assert file_callbacks.carries_state(keras.callbacks.ModelCheckpoint("x.keras"))
+
+
+def test_a_callback_resumed_with_other_settings_or_in_another_place_keeps_them():
+    """Its settings are today's (patience 10, not the lost attempt's 3); callbacks matched
+    by class, so two swapped ones each get their own state back (before: by position, an
+    EarlyStopping got ReduceLROnPlateau's attributes and the run stopped at once)."""
+    model = _dropout_model()
+    stop, slow = (keras.callbacks.EarlyStopping(monitor="loss", patience=3),
+                  keras.callbacks.ReduceLROnPlateau(monitor="loss", patience=5))
+    for c in (stop, slow):
+        c.set_model(model)
+        c.on_train_begin()
+    initial = run_state.snapshot([stop, slow])
+    for epoch, loss in enumerate([5.0, 5.5]):
+        stop.on_epoch_end(epoch, {"loss": loss})
+        slow.on_epoch_end(epoch, {"loss": loss, "learning_rate": 0.001})
+    saved = run_state.callbacks_state([stop, slow], initial)
+    now = [keras.callbacks.ReduceLROnPlateau(monitor="loss", patience=5),
+           keras.callbacks.EarlyStopping(monitor="loss", patience=10)]
+    for c in now:
+        c.set_model(model)
+        c.on_train_begin()
+    run_state.restore_callbacks(now, saved)
+    assert (now[1].patience, now[1].wait, now[1].best) == (10, 1, 5.0)
+    assert (now[0].patience, now[0].wait) == (5, 1)

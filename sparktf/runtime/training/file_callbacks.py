@@ -27,14 +27,14 @@ def _keras_class(callback, names) -> str | None:
 
 
 def carries_state(callback) -> bool:
-    """Whether ``callback`` is one of Keras's own (or derives from one) that keeps state
-    from epoch to epoch (``EarlyStopping``, ``ReduceLROnPlateau``...), which a resumed fit
-    carries on (``run_state``). File callbacks carry on from their files (``resume``); a
-    callback of the user's own, derived from ``Callback`` itself, starts afresh with each
-    attempt: what it keeps may belong to one attempt."""
+    """Whether ``callback`` is one of Keras's own (or derives from one): what it keeps
+    from epoch to epoch (``EarlyStopping``'s patience count, ``ReduceLROnPlateau``'s,
+    ``ModelCheckpoint``'s batches since its last save) is carried into a resumed attempt
+    (``run_state``). A callback of the user's own, derived from ``Callback`` itself,
+    starts afresh with each attempt: what it keeps may belong to one attempt."""
     for cls in type(callback).__mro__:
         if cls.__module__.startswith(("keras", "tf_keras")):
-            return cls.__name__ not in ("Callback", "BackupAndRestore", *_PATHS)
+            return cls.__name__ not in ("Callback", "BackupAndRestore")
     return False
 
 

@@ -211,8 +211,16 @@ def _counted_by_share(model, step):
     before the step, written back after it: the function's automatic control
     dependencies keep that order)."""
     import tensorflow as tf
+    from keras.src.backend.common import global_state
+
+    # Keras's global seed generator (keras.random without a generator of its own) is a
+    # thread's: the strategy runs replicas in threads of its own, where it would be made
+    # again inside the traced step. Each replica uses the one made with the model.
+    generator = global_state.get_global_attribute("global_seed_generator")
 
     def replica(data, share, *args):
+        if generator is not None:
+            global_state.set_global_attribute("global_seed_generator", generator)
         kept = list({id(v): v for v in [*model.metrics_variables,
                                         *model.non_trainable_variables]}.values())
         before = [tf.identity(v.value) for v in kept]

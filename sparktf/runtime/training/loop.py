@@ -48,6 +48,7 @@ def build_model(spec: TrainSpec, feed_spec: dict):
         model.optimizer.build(model.trainable_variables)
     else:
         keras_steps.build(model, spec.template(feed_spec, bound))
+        run_state.global_seed_generator()
     return model, bound
 
 
@@ -121,6 +122,7 @@ class EpochRunner:
         if first_epoch:
             file_callbacks.resume(self.spec.callbacks, history, first_epoch)
         self.callbacks.on_train_begin()
+        self.initial = run_state.snapshot(self.stateful)  # as each attempt starts them
         if state:
             self._carry_on(state)
         logs: dict = {}
@@ -163,7 +165,7 @@ class EpochRunner:
     def _state(self, stopped: bool) -> dict:
         """The run's state after an epoch, beyond the variables (``run_state``)."""
         return {"seeds": run_state.seeds(self.model), "stopped": stopped,
-                "callbacks": run_state.callbacks_state(self.stateful),
+                "callbacks": run_state.callbacks_state(self.stateful, self.initial),
                 "best": self.best.state() if self.best is not None else None}
 
     def _carry_on(self, state: dict) -> None:

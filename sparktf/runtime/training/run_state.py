@@ -44,6 +44,15 @@ def seed_generators(model) -> list:
     return found
 
 
+def global_seed_generator() -> None:
+    """Creates Keras's global seed generator now, outside any traced step: a layer that
+    draws ``keras.random`` without a generator of its own would create its variable in
+    the step's ``tf.function``, which refuses it once traced again (each batch shape)."""
+    from keras.src.random.seed_generator import global_seed_generator
+
+    global_seed_generator()
+
+
 def seeds(model) -> list[list[int]]:
     """Each seed generator's state (its seed and how far it has drawn)."""
     return [[int(v) for v in np.asarray(g.state.numpy()).ravel()]
@@ -66,26 +75,53 @@ def restore_seeds(model, saved: list[list[int]] | None) -> None:
         generator.state.assign(np.asarray(state, dtype=generator.state.dtype))
 
 
-def callbacks_state(callbacks) -> str:
-    """The plain-data attributes of each callback (numbers, strings, arrays, lists of
-    them: counters, best values, best weights), as base64 of a pickle."""
-    return base64.b64encode(pickle.dumps([_plain_attributes(c) for c in callbacks])).decode()
+def snapshot(callbacks) -> list[dict]:
+    """Each callback's plain attributes as they are now (after ``on_train_begin``): what
+    ``callbacks_state`` keeps is what the epochs changed since, not the settings."""
+    return [pickle.loads(pickle.dumps(_plain_attributes(c))) for c in callbacks]
+
+
+def callbacks_state(callbacks, initial: list[dict]) -> str:
+    """For each callback, its class and the plain-data attributes (numbers, strings,
+    arrays, lists of them: counters, best values, best weights) that changed since
+    ``initial`` (``snapshot``), as base64 of a pickle."""
+    states = []
+    for callback, before in zip(callbacks, initial):
+        changed = {name: value for name, value in _plain_attributes(callback).items()
+                   if name not in before or _bytes(value) != _bytes(before[name])}
+        states.append((_class_name(callback), changed))
+    return base64.b64encode(pickle.dumps(states)).decode()
 
 
 def restore_callbacks(callbacks, saved: str | None) -> None:
-    """Gives each callback its attributes as the checkpoint kept them; call it after
-    ``on_train_begin``, which resets them."""
+    """Gives each callback what the checkpoint kept of the callback of its class at its
+    place among those of its class (a callback added, removed or moved starts afresh);
+    call it after ``on_train_begin``, which resets them. Its settings stay as given now."""
     if not saved:
         return
     states = pickle.loads(base64.b64decode(saved))  # noqa: S301 - written by this fit
-    if len(states) != len(callbacks):
-        logger.warning("sparktf: the callbacks differ from those of the checkpointed "
-                       "attempt (%d then, %d now): they start afresh", len(states),
-                       len(callbacks))
-        return
-    for callback, state in zip(callbacks, states):
-        for name, value in state.items():
-            setattr(callback, name, value)
+    kept: dict[str, list[dict]] = {}
+    for name, changed in states:
+        kept.setdefault(name, []).append(changed)
+    seen: dict[str, int] = {}
+    for callback in callbacks:
+        name = _class_name(callback)
+        index = seen[name] = seen.get(name, -1) + 1
+        if index < len(kept.get(name, ())):
+            for attribute, value in kept[name][index].items():
+                setattr(callback, attribute, value)
+        else:
+            logger.warning("sparktf: %s has no state in the checkpoint (a callback added "
+                           "since the checkpointed attempt): it starts afresh", name)
+
+
+def _class_name(callback) -> str:
+    kind = type(callback)
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+def _bytes(value) -> bytes:
+    return pickle.dumps(value)
 
 
 def _plain_attributes(callback) -> dict:
