@@ -145,8 +145,8 @@ class EpochRunner:
             if self.best is not None:
                 self.best.on_epoch_end(epoch, logs)
             self.summaries.write(epoch + 1, logs)
+            self.beat("checkpoint", epoch + 1)  # before the workers agree (a collective)
             stop = self.agree_to_stop()
-            self.beat("checkpoint", epoch + 1)
             checkpoint.save(self.model, self.spec.model_dir, epoch + 1, dict(history),
                             self.ctx.isChief, prune_older=not self.spec.evaluator,
                             state=self._state(stop) if self.ctx.isChief else None,
