@@ -90,8 +90,15 @@ def code_identity(obj, depth: int = 0, seen: set | None = None):
     deeper = depth + 1
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return obj
+    if isinstance(obj, (set, frozenset)):  # in an order that is not the process's hashes'
+        return {"set": sorted(json.dumps(code_identity(v, deeper, seen), sort_keys=True)
+                              for v in obj)}
     if isinstance(obj, (list, tuple)):
-        return [code_identity(v, deeper, seen) for v in obj]
+        items = [code_identity(v, deeper, seen) for v in obj]
+        if len(items) > _LONGEST:  # a data set in a closure: its digest, not its values
+            return {"items": len(items), "digest": hashlib.sha256(
+                json.dumps(items, sort_keys=True).encode()).hexdigest()}
+        return items
     if isinstance(obj, dict):
         return {str(k): code_identity(v, deeper, seen)
                 for k, v in sorted(obj.items(), key=str)}
@@ -118,8 +125,9 @@ def code_identity(obj, depth: int = 0, seen: set | None = None):
                           for b in obj.__bases__],
                 "members": {k: code_identity(v, deeper, seen)
                             for k, v in sorted(vars(obj).items())
-                            if isinstance(v, (types.FunctionType, staticmethod, classmethod,
-                                              bool, int, float, str))}}
+                            if isinstance(v, (types.FunctionType, staticmethod, classmethod))
+                            or (isinstance(v, (bool, int, float, str))
+                                and not k.startswith("__"))}}  # not __firstlineno__
     if isinstance(obj, (staticmethod, classmethod)):
         return code_identity(obj.__func__, deeper, seen)
     if isinstance(obj, np.ndarray):
@@ -137,7 +145,8 @@ def _code(code: types.CodeType) -> dict:
     """Bytecode, constants (nested code included) and names: not the file, line or
     position tables."""
     consts = [_code(c) if isinstance(c, types.CodeType) else
-              c if c is None or isinstance(c, (bool, int, float, str)) else repr(c)
+              c if c is None or isinstance(c, (bool, int, float, str)) else
+              code_identity(c) if isinstance(c, (frozenset, tuple)) else repr(c)
               for c in code.co_consts]
     return {"bytecode": hashlib.sha256(code.co_code).hexdigest()[:16], "consts": consts,
             "names": list(code.co_names)}
@@ -164,6 +173,7 @@ def _library(obj) -> bool:
     return not path or any(path.startswith(root) for root in _library_roots())
 
 
+_LONGEST = 1000  # items of a list kept as they are in run.json; a longer one by digest
 _LIBRARIES = {"keras", "tf_keras", "tensorflow", "numpy", "builtins", "functools",
               "operator", "math"}
 

@@ -1,6 +1,7 @@
 """A run recognises its model by what modelFn builds (sparktf.ml.identity)."""
 
 import functools
+import json
 import random
 
 import numpy as np
@@ -130,3 +131,24 @@ def test_a_lambda_layer_from_another_file_or_line_is_the_same_model(tmp_path):
         seen.append(subprocess.run([sys.executable, str(script)], capture_output=True,
                                    text=True, check=True).stdout.strip().splitlines()[-1])
     assert seen[0] == seen[1]
+
+
+def test_a_set_in_the_code_and_a_long_list_in_a_closure_are_told_by_their_values():
+    """Found by the second review: a frozenset constant's repr follows the process's
+    string hashes (another driver saw another model), and a closure's list of a million
+    values was written whole into run.json."""
+    import subprocess
+    import sys
+
+    script = ("import json\nfrom sparktf.ml import identity\n"
+              "def fn(hparams):\n    return hparams['optimizer'] in {'adam', 'sgd', 'nadam'}\n"
+              "print(json.dumps(identity.code_identity(fn)))\n")
+    seen = {subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                           check=True, env={**__import__("os").environ,
+                                            "PYTHONHASHSEED": str(seed)}).stdout
+            for seed in (1, 2)}
+    assert len(seen) == 1
+    values = [float(i) for i in range(100_000)]
+    told = identity.code_identity(lambda hparams: values)
+    assert len(json.dumps(told)) < 2_000
+    assert told != identity.code_identity(lambda hparams: values[:-1] + [-1.0])

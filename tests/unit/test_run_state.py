@@ -48,11 +48,17 @@ def test_early_stopping_carries_its_patience_and_its_own_settings():
     after.set_model(model)
     after.on_train_begin()  # resets it, as each attempt's does
     run_state.restore_callbacks([after], saved)
-    assert (after.wait, after.best, after.min_delta) == (1, 5.0, -1.0)
+    assert (after.wait, after.best, after.min_delta) == (1, 5.0, 1.0)  # negated once, below
     assert len(after.best_weights) == len(model.get_weights())
     for epoch, loss in [(2, 4.4), (3, 4.3)]:
         after.on_epoch_end(epoch, {"loss": loss})
+    assert after.min_delta == -1.0
     assert after.stopped_epoch == 3 and model.stop_training
+    given_now = keras.callbacks.EarlyStopping(monitor="loss", min_delta=0.0, patience=3)
+    given_now.set_model(model)
+    given_now.on_train_begin()
+    run_state.restore_callbacks([given_now], saved)
+    assert given_now.min_delta == 0.0  # found by the second review: the old -1.0 came back
 
 
 def test_a_csv_logger_file_keeps_each_checkpointed_epoch_once(tmp_path):

@@ -3,7 +3,7 @@ is the uninterrupted one: Keras's random state (every ``SeedGenerator``: Dropout
 GaussianNoise, augmentation layers, ``keras.random`` calls given a generator, and the
 global one), whether a callback stopped the training, and what Keras's callbacks keep
 from epoch to epoch (``EarlyStopping``'s patience and best weights, ``ReduceLROnPlateau``'s
-counters): their attributes of plain data, and the module functions set beside them.
+counters): their attributes of plain data that the epochs changed.
 
 Everything here is JSON (the callbacks' state as base64 of a pickle of plain values), kept
 in the checkpoint's ``state.json``.
@@ -20,8 +20,10 @@ import numpy as np
 
 logger = logging.getLogger("sparktf")
 
-# Attributes of Keras's callbacks that are settings or objects, not the epochs' state
-_NOT_STATE = frozenset({"model", "_model", "params", "verbose"})
+# Attributes of Keras's callbacks that are settings or objects, not the epochs' state; and
+# EarlyStopping's comparison, made from the settings at its first epoch (it negates
+# min_delta then): a resumed callback makes it again from the settings it is given now
+_NOT_STATE = frozenset({"model", "_model", "params", "verbose", "min_delta", "monitor_op"})
 _PLAIN = (bool, int, float, str, bytes, type(None), np.ndarray, np.generic)
 
 
