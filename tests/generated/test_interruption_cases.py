@@ -28,6 +28,7 @@ import sparktf
 from sparktf.ml import TFEstimator
 from sparktf.runtime import storage
 from tests.generated.conftest import budget
+from tests.integration import interruptions
 
 pytestmark = pytest.mark.timeout(3600)
 
@@ -148,37 +149,6 @@ def _estimator(case, folder, name, lose):
     return TFEstimator(**params)
 
 
-def _lost_while_writing_result(monkeypatch):
-    """The driver is lost half way through writing result.json (as if killed)."""
-    import builtins
-
-    class Lost(BaseException):
-        pass
-
-    class HalfWritten:
-        def __init__(self, f):
-            self.f = f
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            self.f.close()
-
-        def write(self, data):
-            self.f.write(data[:len(data) // 2])
-            raise Lost("the driver is lost while it writes result.json")
-
-    def open_then_lost(path, mode="r", *args, **kwargs):
-        f = builtins.open(path, mode, *args, **kwargs)
-        if "result.json" in str(path) and "w" in mode:
-            return HalfWritten(f)
-        return f
-
-    monkeypatch.setattr(storage, "open", open_then_lost, raising=False)
-    return Lost
-
-
 def _weights(case, path):
     model = classifier({"dropout": case["dropout"], "learningRate": 0.01})
     model.load_weights(path)
@@ -220,8 +190,8 @@ def _lose_and_compare(spark, case, folder):
         resumed = run.fit(frame)  # relaunched from the last checkpoint
     elif case["point"] == ["result"]:
         with pytest.MonkeyPatch.context() as monkeypatch:
-            lost_error = _lost_while_writing_result(monkeypatch)
-            with pytest.raises(lost_error):
+            interruptions.lose_while_writing_result(monkeypatch)
+            with pytest.raises(interruptions.Lost):
                 run.fit(frame)
         resumed = run.fit(frame)
     else:

@@ -11,6 +11,7 @@ import pytest
 
 import sparktf
 from sparktf.ml import TFEstimator
+from tests.integration import interruptions
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -213,38 +214,13 @@ def test_a_result_cut_short_by_a_lost_driver_and_a_folder_named_with_a_hash(
     the next fit exports again (before: a file cut short, a raw JSONDecodeError). A
     file:// modelDir whose folder is named 'run#3' is that folder (before: the '#3' was
     taken for a URL fragment: IsADirectoryError)."""
-    import builtins
-
-    from sparktf.runtime import storage
-
     frame = _frame(spark)
     model_dir = "file://" + str(tmp_path / "run#3")
     common = dict(modelFn=Builder(4), numWorkers=1, epochs=2, batchSize=32,
                   modelDir=model_dir, runId="nightly")
 
-    class Lost(BaseException):
-        pass
-
-    def open_then_lost(path, mode="r", *args, **kwargs):
-        f = builtins.open(path, mode, *args, **kwargs)
-        if "result.json" in str(path) and "w" in mode:
-            write = f.write
-
-            class Half:
-                def __enter__(self):
-                    return self
-
-                def __exit__(self, *exc):
-                    f.close()
-
-                def write(self, data):
-                    write(data[:len(data) // 2])
-                    raise Lost("the driver is killed while it writes result.json")
-            return Half()
-        return f
-
-    monkeypatch.setattr(storage, "open", open_then_lost, raising=False)
-    with pytest.raises(Lost):
+    interruptions.lose_while_writing_result(monkeypatch)
+    with pytest.raises(interruptions.Lost):
         TFEstimator(**common).fit(frame)
     monkeypatch.undo()
     again = TFEstimator(**common).fit(frame)
