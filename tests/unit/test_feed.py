@@ -213,12 +213,16 @@ def one_pass():
     return (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults,
             time.perf_counter() - started)
 
+def steady(passes=5):
+    # A pass that grows the heap to a new high (more chunks in flight when this process
+    # waits for a core) faults the new pages in once; the median pass is the steady state.
+    one_pass()  # the heap grows to its working size once
+    return sorted(one_pass() for _ in range(passes))[passes // 2]
+
 feed.keep_freed_memory = lambda: None  # TensorFlow's own setting: 128 KB
-one_pass()
-without = one_pass()
+without = steady()
 feed.keep_freed_memory = keep
-one_pass()  # the heap grows to its working size once
-with_ = one_pass()
+with_ = steady()
 print(without[0], with_[0], f"{without[1]:.3f}", f"{with_[1]:.3f}")
 """
 
@@ -234,9 +238,10 @@ def test_from_generator_tensors_reuse_freed_memory_instead_of_faulting_it_in():
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     without, with_, without_s, with_s = out.stdout.split()
-    print(f"1M rows through ctx.dataset(): {without} page faults in {without_s} s with "
-          f"TensorFlow's setting, {with_} in {with_s} s with keep_freed_memory")
-    assert int(with_) * 4 < int(without)  # 11-25x fewer after the warm pass here
+    print(f"1M rows through ctx.dataset(), the median of 5 passes: {without} page faults in "
+          f"{without_s} s with TensorFlow's setting, {with_} in {with_s} s with "
+          "keep_freed_memory")
+    assert int(with_) * 4 < int(without)  # 10-50x fewer here, on a loaded machine too
 
 
 def test_a_reader_takes_each_batch_while_the_file_is_still_written(tmp_path):
