@@ -15,6 +15,7 @@ from pyspark.sql import types as T
 
 from sparktf._driver import checks, schema, sessions
 from sparktf.errors import InvalidInputError
+from sparktf.ml import call_counts
 from sparktf.ml.params import _TFModelParams, add_setters, without_none
 from sparktf.ml.persistence import TFModelReader, TFModelWriter
 from sparktf.runtime import inference, length_groups, storage
@@ -97,9 +98,11 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
             if field.name in dataset.columns:
                 raise InvalidInputError(f"The output column '{field.name}' already exists in "
                                         "the DataFrame; choose another column name.")
-        with checks.executor_python(sessions.Session(dataset.sparkSession)):
+        session = sessions.Session(dataset.sparkSession)
+        with checks.executor_python(session):
             score = _arrow_udf(spec, T.StructType(fields),
-                               lambda names, arrays: pa_struct(names, arrays))
+                               lambda names, arrays: pa_struct(names, arrays),
+                               _call_counter(spec, session.sc, dataset.schema))
             scored = dataset.withColumn(
                 _OUTPUTS, score(*[dataset[schema.quoted(b.column)] for b in spec.inputs]))
         columns = [scored[schema.quoted(c)] for c in dataset.columns]
@@ -130,7 +133,9 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
         session = SparkSession.getActiveSession()
         if session is not None:
             checks.app_executor_python(sessions.Session(session))
-        return _arrow_udf(spec, return_type, lambda names, arrays: arrays[names.index(take)])
+        counter = _call_counter(spec, sessions.Session(session).sc if session else None, None)
+        return _arrow_udf(spec, return_type, lambda names, arrays: arrays[names.index(take)],
+                          counter)
 
     def getKerasModel(self, custom_objects: dict | None = None):
         """The trained Keras model: the ``.keras`` file its fit exported inside the
@@ -211,7 +216,8 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
         bindings = self._input_bindings(inputs, df_schema, inference.input_names(path))
         spec = dict(model_path=path, signature=self.getSignature(),
                     batch_size=self.getBatchSize(), inputs=bindings, use_gpu=self.getUseGpu(),
-                    pad_length=self.getPadLength())
+                    pad_length=self.getPadLength(),
+                    padding=tuple(sorted(inference.padding_values(path).items())))
         if self.getOutputMapping() or len(outputs) > 1:
             return inference.ScoreSpec(**spec, outputs=self._output_bindings(outputs))
         if len(outputs) == 1 and next(iter(outputs.values()))[1] == "string":
@@ -320,14 +326,27 @@ def pa_struct(names, arrays):
     return pa.StructArray.from_arrays(arrays, names=names)
 
 
-def _arrow_udf(spec: inference.ScoreSpec, return_type, pick):
-    """An iterator Arrow UDF scoring ``spec.inputs``; ``pick(names, arrays)`` forms its result."""
+def _call_counter(spec: inference.ScoreSpec, sc, df_schema):
+    """What the tasks report their calls to (``call_counts``), where rows may be called by
+    length: an array column into an input of length None the model does not mask."""
+    if spec.pad_length:
+        return None
+    masked = dict(spec.padding)
+    grouped = [b.column for b in spec.inputs
+               if b.shape and b.shape[0] is None and b.input_name not in masked and (
+                   df_schema is None or isinstance(df_schema[b.column].dataType, T.ArrayType))]
+    return call_counts.counter(sc, grouped, spec.batch_size)
+
+
+def _arrow_udf(spec: inference.ScoreSpec, return_type, pick, report=None):
+    """An iterator Arrow UDF scoring ``spec.inputs``; ``pick(names, arrays)`` forms its result;
+    ``report`` takes each task's (calls, rows, longest length called)."""
     import pyarrow as pa
     from pyspark.sql.functions import arrow_udf
 
     def score(batches):
         columns = ((a,) if isinstance(a, (pa.Array, pa.ChunkedArray)) else a for a in batches)
-        for struct in inference.score_arrays(spec, columns):
+        for struct in inference.score_arrays(spec, columns, report):
             names = [struct.type.field(i).name for i in range(struct.type.num_fields)]
             yield pick(names, [struct.field(i) for i in range(len(names))])
 

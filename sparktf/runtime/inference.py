@@ -30,6 +30,8 @@ from sparktf.runtime import (
     deferred_imports,
     gpu,
     length_groups,
+    padding,
+    scoring_calls,
     storage,
     tensors,
     zip_imports,
@@ -82,6 +84,9 @@ class ScoreSpec:
     prediction: PredictionColumns | None = None
     use_gpu: str | bool = "auto"
     pad_length: int | None = None  # TFModel.padLength: open lengths padded to it, not grouped
+    # (signature input, padding value) for the inputs of length None the model masks
+    # (``padding``): padded to each call's longest row, not grouped
+    padding: tuple = ()
 
 
 class ModelCache:
@@ -217,6 +222,20 @@ def input_names(model_path: str) -> dict[str, str]:
     return names
 
 
+def padding_values(model_path: str) -> dict[str, float]:
+    """Signature input -> padding value, for the inputs of length None whose padding the
+    model masks (``padding``: written at export; empty for any other SavedModel)."""
+    key = (identity(model_path), padding.PADDING)
+    with _DESCRIPTIONS_LOCK:
+        if key in _DESCRIPTIONS:
+            return _DESCRIPTIONS[key]
+    path = storage.join(model_path, padding.PADDING)
+    values = json.loads(storage.read_bytes(path)) if storage.exists(path) else {}
+    with _DESCRIPTIONS_LOCK:
+        _DESCRIPTIONS[key] = values
+    return values
+
+
 def _read_signature(model_path: str, signature: str) -> tuple[dict, dict]:
     import tensorflow as tf
     from tensorflow.core.protobuf import saved_model_pb2
@@ -328,51 +347,40 @@ def environment(values: dict[str, str]):
                 os.environ[name] = value
 
 
-def score_arrays(spec: ScoreSpec, columns: Iterator[Sequence[pa.Array]]
+def score_arrays(spec: ScoreSpec, columns: Iterator[Sequence[pa.Array]], report=None
                  ) -> Iterator[pa.Array]:
     """The Arrow UDF behind ``TFModel.transform``: input columns in, a struct of outputs out.
 
-    ``columns`` yields, per Arrow batch, one array per ``spec.inputs`` binding. Rows are
-    carried across Arrow batches so that every signature call gets a full ``batchSize``
-    rows (Spark's iterator UDFs only need the outputs, in order, to add up to the inputs),
-    or, for an input of length None, every row of one length in the batch
-    (``length_groups``): how rows are batched never changes a row's outputs.
+    ``columns`` yields, per Arrow batch, one array per ``spec.inputs`` binding. The calls
+    (``scoring_calls``) take the partition's rows ``batchSize`` at a time, rows of an
+    unmasked input of length None by their lengths: how rows are batched never changes a
+    row's outputs. ``report`` takes (calls, rows, longest grouped length) at the end.
     """
     zip_imports.make_lazy()  # ~0.2 s of CPU less for each later task of this worker
     start_tensorflow()
     device = task_device(spec.use_gpu)
-    fn = None
+    calls = None
     names = [b.column for b in spec.inputs]
-    for batch in _rechunk(columns, names, spec.batch_size):
-        if fn is None:
-            fn = ModelCache.get(spec.model_path, spec.signature, device)
-        out_names, values = output_arrays(batch.num_rows, spec,
-                                          run_model(fn, spec, batch, device))
-        yield pa.StructArray.from_arrays(values, names=out_names)
-
-
-def _rechunk(columns: Iterator[Sequence[pa.Array]], names: list[str], size: int
-             ) -> Iterator[pa.RecordBatch]:
-    """The rows of ``columns`` as record batches of exactly ``size`` rows (the last: fewer)."""
-    pending: list[pa.RecordBatch] = []
-    held = 0
     for arrays in columns:
         batch = pa.RecordBatch.from_arrays([_plain(a) for a in arrays], names=names)
         if not batch.num_rows:
             continue
-        pending.append(batch)
-        held += batch.num_rows
-        if held < size:
-            continue
-        table = pa.Table.from_batches(pending)
-        full = (held // size) * size
-        for start in range(0, full, size):
-            yield table.slice(start, size).combine_chunks().to_batches()[0]
-        rest = table.slice(full)
-        pending = rest.combine_chunks().to_batches() if rest.num_rows else []
-        held = rest.num_rows
-    if held:
-        yield pa.Table.from_batches(pending).combine_chunks().to_batches()[0]
+        if calls is None:
+            calls = scoring_calls.Calls(
+                ModelCache.get(spec.model_path, spec.signature, device), spec, device)
+        calls.add(batch, *prepare(spec, batch))
+        yield from _structs(spec, calls)
+    if calls is not None:
+        calls.finish()
+        yield from _structs(spec, calls)
+        if report is not None:
+            report((calls.calls, calls.rows, calls.longest))
+
+
+def _structs(spec: ScoreSpec, calls: scoring_calls.Calls) -> Iterator[pa.Array]:
+    for n, valid, values in calls.done():
+        out_names, arrays = output_arrays(n, spec, {"valid": valid, "values": values})
+        yield pa.StructArray.from_arrays(arrays, names=out_names)
 
 
 def _plain(array) -> pa.Array:
@@ -390,22 +398,38 @@ def valid_rows(batch: pa.RecordBatch, names: Sequence[str]) -> np.ndarray:
     return valid
 
 
-def run_model(fn, spec: ScoreSpec, batch: pa.RecordBatch, device: str = "/CPU:0") -> dict:
-    """Signature outputs (numpy, valid rows only; ``length_groups``) and the valid-row mask."""
-    import tensorflow as tf
-
+def prepare(spec: ScoreSpec, batch: pa.RecordBatch) -> tuple:
+    """(the valid rows, each input of those rows as the signature takes it, each row's
+    length for the inputs of length None the model does not mask, and for those it
+    masks): what ``scoring_calls.Calls.add`` takes."""
     valid = valid_rows(batch, [b.column for b in spec.inputs])
     if not valid.any():  # every row null: no model call, null outputs
-        return {"valid": valid, "values": {}}
+        return valid, {}, {}, {}
     rows = batch.filter(pa.array(valid)) if not valid.all() else batch
-    arrays = {b.input_name: model_input(rows.column(b.column), b, spec.pad_length)
-              for b in spec.inputs}
-    lengths = {} if spec.pad_length else {
-        b.input_name: length_groups.open_lengths(_plain(rows.column(b.column)), b.shape)
-        for b in spec.inputs}
-    with tf.device(device):  # rows of equal lengths together: a row scores as if alone
-        values = length_groups.call(fn, arrays, {k: v for k, v in lengths.items()
-                                                 if v is not None}, spec.batch_size)
+    pads = dict(spec.padding)
+    arrays, lengths, masked = {}, {}, {}
+    for b in spec.inputs:
+        column = _plain(rows.column(b.column))
+        arrays[b.input_name] = model_input(column, b, spec.pad_length)
+        row_lengths = None if spec.pad_length else scoring_calls.row_lengths(column, b.shape)
+        if row_lengths is None:
+            continue
+        if b.input_name in pads:
+            arrays[b.input_name] = scoring_calls.fill_padding(
+                arrays[b.input_name], row_lengths, pads[b.input_name])
+            masked[b.input_name] = row_lengths
+        else:
+            lengths[b.input_name] = row_lengths
+    return valid, arrays, lengths, masked
+
+
+def run_model(fn, spec: ScoreSpec, batch: pa.RecordBatch, device: str = "/CPU:0") -> dict:
+    """Signature outputs of one batch's valid rows (numpy, or ``length_groups.RowArrays``)
+    and the valid-row mask, called as ``score_arrays`` calls them."""
+    calls = scoring_calls.Calls(fn, spec, device)
+    calls.add(batch, *prepare(spec, batch))
+    calls.finish()
+    (_, valid, values), = calls.done()
     return {"valid": valid, "values": values}
 
 

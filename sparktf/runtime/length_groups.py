@@ -5,10 +5,11 @@ Padding every row of a batch to the batch's longest would feed a row zeros whose
 depends on its neighbours, so a model that does not mask them (a pooling or a recurrent
 layer over an unmasked ``Embedding``) would score the same row differently under another
 partitioning or ``batchSize``. Instead the rows of a batch are grouped by their lengths
-and each group is called at its own length, unpadded: every row is scored as if alone.
-Serving signatures declare those lengths ``None``, so calls of different lengths reuse
-one graph (no retracing). ``TFModel``'s ``padLength`` pads such inputs to one fixed length
-instead (``padded_shape``): one call per batch, still independent of the neighbours.
+and each group is called at its own length, unpadded (``scoring_calls``): every row is
+scored as if alone. Serving signatures declare those lengths ``None``, so calls of
+different lengths reuse one graph (no retracing). ``TFModel``'s ``padLength`` pads such
+inputs to one fixed length instead (``padded_shape``): one call per batch, still
+independent of the neighbours; so does a model that masks its padding (``padding``).
 
 An output whose length follows its row's (a per-token output) then differs from group
 to group: it comes back as ``RowArrays``, each row's own array.
@@ -35,16 +36,6 @@ class RowArrays:
         return len(self.rows)
 
 
-def open_lengths(column: pa.Array, shape) -> np.ndarray | None:
-    """Each row's length where the input's length is open (``shape[0] is None``) and the
-    column's (non-null) rows differ in length; None where every row is fed as it is."""
-    if not shape or shape[0] is not None or not (
-            pa.types.is_list(column.type) or pa.types.is_large_list(column.type)):
-        return None
-    lengths = pc.list_value_length(column).to_numpy(zero_copy_only=False)
-    return lengths if len(lengths) and (lengths != lengths[0]).any() else None
-
-
 def padded_shape(column: pa.Array, name: str, shape, pad_length: int):
     """``shape`` with an open length fixed at ``pad_length`` for an array column (``TFModel``'s
     ``padLength``: one call per batch, each row padded as ``pad_sequences(maxlen=...)``
@@ -62,24 +53,7 @@ def padded_shape(column: pa.Array, name: str, shape, pad_length: int):
     return (pad_length, *shape[1:])
 
 
-def call(fn, arrays: dict, lengths: dict, batch_size: int) -> dict:
-    """The signature's outputs (numpy, in row order) for ``arrays`` (input name -> the
-    batch, padded to its longest row along axis 1 where ``lengths`` gives each row's
-    length), called by ``batch_size`` rows within each group of rows of equal lengths."""
-    n = len(next(iter(arrays.values()))) if arrays else 0
-    if not lengths:
-        return _merge([(slice(None), _call_rows(fn, arrays, batch_size))], n)
-    names = list(lengths)
-    parts = []
-    for rows, key in _groups([lengths[k] for k in names]):
-        group = {k: v[rows] for k, v in arrays.items()}
-        for name, length in zip(names, key):
-            group[name] = group[name][:, :length]
-        parts.append((rows, _call_rows(fn, group, batch_size)))
-    return _merge(parts, n)
-
-
-def _groups(lengths: list[np.ndarray]) -> list[tuple[np.ndarray, tuple]]:
+def groups(lengths: list[np.ndarray]) -> list[tuple[np.ndarray, tuple]]:
     """(row indices, their lengths) for each distinct combination of the inputs' lengths."""
     keys = np.stack(lengths, axis=1)
     unique, inverse = np.unique(keys, axis=0, return_inverse=True)
@@ -89,22 +63,10 @@ def _groups(lengths: list[np.ndarray]) -> list[tuple[np.ndarray, tuple]]:
     return [(r, tuple(int(d) for d in key)) for r, key in zip(rows, unique)]
 
 
-def _call_rows(fn, arrays: dict, batch_size: int) -> dict:
-    import tensorflow as tf
-
-    n = len(next(iter(arrays.values()))) if arrays else 0
-    results: dict[str, list] = {}
-    for start in range(0, n, batch_size):
-        inputs = {k: tf.constant(v[start:start + batch_size]) for k, v in arrays.items()}
-        for name, value in fn(**inputs).items():
-            results.setdefault(name, []).append(value.numpy())
-    return {k: np.concatenate(v) for k, v in results.items()}
-
-
-def _merge(parts: list, n: int) -> dict:
-    """Each output over the ``n`` rows, in row order, from the groups' ``(rows, outputs)``;
-    ``RowArrays`` for an output whose per-row shape differs between groups."""
-    if len(parts) == 1 and isinstance(parts[0][0], slice):
+def merge(parts: list, n: int) -> dict:
+    """Each output over the ``n`` rows, in row order, from the calls' ``(rows, outputs)``;
+    ``RowArrays`` for an output whose per-row shape differs between calls."""
+    if len(parts) == 1 and len(parts[0][0]) == n:
         return parts[0][1]
     merged = {}
     for name in parts[0][1]:

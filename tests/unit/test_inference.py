@@ -80,14 +80,6 @@ def test_strings_and_big_ids_reach_the_signature_unchanged():
     assert ids.tolist() == [[4_000_000_003]]
 
 
-def test_rows_are_rechunked_into_full_batches_in_order():
-    arrays = [(pa.array(range(start, start + n)),)
-              for start, n in ((0, 5), (5, 0), (5, 7), (12, 3))]
-    chunks = list(inference._rechunk(iter(arrays), ["x"], 4))
-    assert [c.num_rows for c in chunks] == [4, 4, 4, 3]
-    assert [v for c in chunks for v in c.column("x").to_pylist()] == list(range(15))
-
-
 def test_environment_is_restored_exactly_after_the_block(monkeypatch):
     import os
     monkeypatch.setenv("SPARKTF_KEPT", "before")

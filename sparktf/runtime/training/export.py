@@ -10,7 +10,7 @@ import re
 import tempfile
 
 from sparktf._protocol import heartbeats
-from sparktf.runtime import feed, inference, storage
+from sparktf.runtime import feed, inference, padding, storage
 from sparktf.runtime.training import bindings as binding
 from sparktf.runtime.training import keras_steps
 from sparktf.runtime.training.spec import (
@@ -78,9 +78,21 @@ def _export(model, spec: TrainSpec, ctx, inputs) -> tuple[str, dict[str, str]]:
                 json.dump(back, f)
         _keep_keras_model(model, spec, path, inputs)
         names = list(inference.describe(path, "serving_default")[0])
+        if not keras_steps.is_tf_keras(model):
+            padding.write(path, _signature_padding(padding.masked_inputs(model), names, back))
         if ctx.isChief:
             storage.put_dir(local, target)
     return target, {name: back.get(name, name) for name in names}
+
+
+def _signature_padding(masked: dict, names: list[str], back: dict[str, str]) -> dict:
+    """Signature input -> padding value, from model input -> padding value (``padding``):
+    by name, or the only input of a model with one (a ``Sequential``'s is unnamed)."""
+    if len(masked) == 1 and len(names) == 1:
+        return {names[0]: next(iter(masked.values()))}
+    found = {name: masked[back.get(name, name)] for name in names
+             if back.get(name, name) in masked}
+    return found if len(found) == len(masked) else {}
 
 
 def _keep_keras_model(model, spec: TrainSpec, path: str, inputs) -> None:
