@@ -39,13 +39,13 @@ def ceiling_task(batches):
     import pyarrow as pa
     from pyspark import BarrierTaskContext
 
-    from sparktf.runtime import feed
+    from sparktf.runtime.feed import shards
 
     BarrierTaskContext.get()
     n = 0
     for b in batches:
-        feed.column_to_numpy(b.column("features"), "features")
-        feed.column_to_numpy(b.column("label"), "label")
+        shards.column_to_numpy(b.column("features"), "features")
+        shards.column_to_numpy(b.column("label"), "label")
         n += b.num_rows
     yield pa.RecordBatch.from_pydict({"n": [n]})
 

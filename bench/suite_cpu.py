@@ -37,7 +37,7 @@ def kind(pid: str, name: str) -> str | None:
         return "jvm-driver"
     if name == "sparktf-spare" or "--spare" in command:
         return "spare"
-    if name == "sparktf-task" or "sparktf.runtime.child" in command:
+    if name == "sparktf-task" or "sparktf.runtime.process.child" in command:
         return "task"
     if "pyspark.daemon" in command:
         return "python-worker"

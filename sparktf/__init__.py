@@ -28,7 +28,7 @@ from sparktf.errors import (
 
 __version__ = "0.1.0"
 
-_LAZY = {"run": "sparktf._driver.launch", "TaskContext": "sparktf.runtime.context"}
+_LAZY = {"run": "sparktf._driver.launch", "TaskContext": "sparktf.runtime.process.context"}
 
 
 def __getattr__(name: str):

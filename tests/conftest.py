@@ -46,8 +46,8 @@ def local_cluster(executors: int, app_name: str):
     return session
 
 
-CHILD_MARKER = "sparktf.runtime.child"
-SPARE_NAME = "sparktf-spare"  # sparktf.runtime.spare.SPARE_NAME
+CHILD_MARKER = "sparktf.runtime.process.child"
+SPARE_NAME = "sparktf-spare"  # sparktf.runtime.process.spare.SPARE_NAME
 
 
 def _comm(pid: int) -> str:

@@ -8,17 +8,22 @@ turns the tasks' results (or their failure) into a return value (or one error).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
-import signal
-import threading
 import uuid
 from typing import Any, Callable
 
 import cloudpickle
 
-from sparktf._driver import checks, failures, pickling, routing, schema, sessions
+from sparktf._driver import (
+    checks,
+    failures,
+    pickling,
+    routing,
+    schema,
+    sessions,
+    supervision,
+)
 from sparktf._driver.events import EventCollector, ensure_log_handler, log_phase
 from sparktf._driver.resources import (
     TaskResources,
@@ -26,20 +31,18 @@ from sparktf._driver.resources import (
     gpus_scheduled,
     positive_number,
 )
-from sparktf._protocol import watchdog
 from sparktf._protocol.server import EventServer
-from sparktf._protocol.watchdog import Watchdog
 from sparktf.errors import (
     ClusterFormationError,
     InvalidInputError,
     JobTimeoutError,
     SparkTFError,
     TaskFailedError,
-    TaskStalledError,
 )
-from sparktf.runtime import cluster, gpu
-from sparktf.runtime import task as task_runtime
-from sparktf.runtime.row_checks import RowChecks
+from sparktf.runtime import gpu, worker_tuning
+from sparktf.runtime.feed.row_checks import RowChecks
+from sparktf.runtime.process import cluster
+from sparktf.runtime.process import task as task_runtime
 
 logger = logging.getLogger("sparktf")
 
@@ -146,6 +149,7 @@ class LaunchSpec:
     resources: TaskResources | None = None
     row_checks: RowChecks | None = None
     spare_idle_s: float = 0.0
+    worker_tuning: bool = True  # spark.sparktf.workerTuning: filled in by launch
 
     @property
     def layout(self) -> cluster.Layout:
@@ -163,7 +167,8 @@ class LaunchSpec:
             split_column=self.split_column, parquet_uri=self.parquet_uri,
             event_address=server.address, event_secret=server.secret,
             evaluator=self.evaluator, stall_timeout=self.stall_timeout,
-            spare_idle_s=self.spare_idle_s, row_checks=self.row_checks)
+            spare_idle_s=self.spare_idle_s, row_checks=self.row_checks,
+            worker_tuning=self.worker_tuning)
 
 
 def launch(spark, stage: LaunchSpec, df=None,
@@ -176,7 +181,8 @@ def launch(spark, stage: LaunchSpec, df=None,
     conf = session.conf()
     stage = dataclasses.replace(
         stage, columns=tuple(stage.columns), use_gpu=gpu.use_gpu_value(stage.use_gpu),
-        spare_idle_s=spare_idle_s(conf, session.setting(SPARE_IDLE_CONF)))
+        spare_idle_s=spare_idle_s(conf, session.setting(SPARE_IDLE_CONF)),
+        worker_tuning=worker_tuning.from_setting(session.setting(worker_tuning.SETTING)))
     what, resources = stage.what, stage.resources
     checks.check_security(conf, what)
     if resources is not None:
@@ -199,9 +205,10 @@ def launch(spark, stage: LaunchSpec, df=None,
 
 
 def spare_idle_s(conf: dict[str, str], chosen: str | None = None) -> float:
-    """How long a task's spare process (TensorFlow imported, see ``sparktf.runtime.spare``) waits
-    for the next task: ``spark.sparktf.spareIdleTimeout`` seconds (``chosen``, else from
-    ``conf``; default 60; 0 turns spares off). Off when Spark does not reuse its Python
+    """How long a task's spare process (TensorFlow imported, see
+    ``sparktf.runtime.process.spare``) waits for the next task:
+    ``spark.sparktf.spareIdleTimeout`` seconds (``chosen``, else from ``conf``; default 60;
+    0 turns spares off). Off when Spark does not reuse its Python
     workers."""
     if conf.get("spark.python.worker.reuse", "true").strip().lower() == "false":
         return 0.0
@@ -223,19 +230,20 @@ def _run_stage(session: sessions.Session, stage: LaunchSpec, df, collector: Even
         collector.reset()
         tag = f"sparktf-{uuid.uuid4().hex[:12]}"
         with EventServer(host, collector, stage.num_tasks) as server, \
-                _watching(session, stage, collector, tag), _reachability(server, stage):
+                supervision.watching(session, stage, collector, tag), \
+                supervision.reachability(server, stage):
             with checks.executor_python(session):
                 job = routing.barrier_job(session, frame, stage.num_tasks,
                                           stage.task_spec(server), stage.resources)
             log_phase(None, "submitted")
             try:
-                with _cancel_after_failure(session, collector, tag):
-                    rows = _collect(session, job, stage.timeout, stage.what, tag)
+                with supervision.cancel_after_failure(session, collector, tag):
+                    rows = supervision.collect(session, job, stage.timeout, stage.what, tag)
             except JobTimeoutError:
                 raise
             except Exception as e:
                 if collector.stalled is not None:
-                    raise _stall_error(stage, *collector.stalled) from e
+                    raise supervision.stall_error(stage, *collector.stalled) from e
                 if routing.is_barrier_chain_error(e) and not collector.errors:
                     if reshuffled:  # already behind a shuffle: not a chain sparktf made
                         raise SparkTFError(f"Spark refused {stage.what}'s barrier stage: "
@@ -275,168 +283,6 @@ def _every_rank(rows: list, stage: LaunchSpec) -> list:
     return rows
 
 
-# After a task reports a failure, the driver hangs up on every task and each ends its
-# process and itself within a second or two. One that cannot hear the channel (or is
-# still reading a large partition) is stopped through Spark after this long.
-FAILURE_GRACE_S = 20.0
-
-
-@contextlib.contextmanager
-def _cancel_after_failure(session: sessions.Session, collector: EventCollector, tag: str):
-    """Cancels the stage's jobs ``FAILURE_GRACE_S`` after the first failure a task reports,
-    if the tasks have not all ended by then."""
-    timer = threading.Timer(FAILURE_GRACE_S, session.cancel_tag, args=(tag,))
-    timer.daemon = True
-    timer.name = "sparktf-failure-grace"
-    collector.on_error = timer.start
-    try:
-        yield
-    finally:
-        collector.on_error = None
-        timer.cancel()
-        if timer.is_alive():
-            timer.join()
-
-
-CHANNEL_GRACE_S = 90.0  # a task connects within seconds of starting; executors may queue
-
-
-@contextlib.contextmanager
-def _reachability(server: EventServer, stage: LaunchSpec):
-    """Says once, in one log line, when no task reaches this driver's event channel."""
-    def watch():
-        if server.await_connected(CHANNEL_GRACE_S) == "timeout":
-            logger.warning(
-                "sparktf: no task of %s has reached this driver's event channel at %s:%d "
-                "after %.0f s (executors that cannot reach this client, e.g. across a Spark "
-                "Connect boundary). Training goes on: progress and worker logs stay in the "
-                "executor logs, and each task watches its own progress (stallTimeout). Set "
-                "%s to an address of this machine the executors can reach.", stage.what,
-                *server.address, CHANNEL_GRACE_S, sessions.CHANNEL_HOST_CONF)
-
-    thread = threading.Thread(target=watch, name="sparktf-channel-watch", daemon=True)
-    thread.start()
-    server.join_at_exit(thread)  # the server's shutdown ends the wait
-    yield thread
-
-
 def _is_port_conflict(failure: SparkTFError) -> bool:
     return (isinstance(failure, TaskFailedError)
             and failure.message.startswith(task_runtime.PORT_CONFLICT_PREFIX))
-
-
-@contextlib.contextmanager
-def _watching(session: sessions.Session, stage: LaunchSpec, collector: EventCollector,
-              tag: str):
-    """Watches heartbeats while the stage runs; a stall cancels the stage's jobs."""
-    if not stage.stall_timeout:
-        yield
-        return
-
-    def on_stall(rank: int, last: dict) -> None:
-        collector.stalled = (rank, last)
-        session.cancel_tag(tag)
-
-    with Watchdog(stage.stall_timeout, on_stall) as dog:
-        collector.watchdog = dog
-        try:
-            yield
-        finally:
-            collector.watchdog = None
-
-
-def _stall_error(stage: LaunchSpec, rank: int, last: dict) -> TaskStalledError:
-    others = "; ".join(f"rank {r}: {watchdog.describe(e)}" for r, e in sorted(last.items())
-                       if r != rank)
-    event = last[rank]
-    message = (f"no progress for {stage.stall_timeout:g} s (stallTimeout); last seen "
-               f"{watchdog.describe(event)}. The stage was stopped." +
-               (f" Other ranks: {others}." if others else ""))
-    return TaskStalledError(rank, event.get("role", "?"), message)
-
-
-def _collect(session: sessions.Session, job, timeout: float | None, what: str, tag: str):
-    """Collects the job under job tag ``tag``; cancels it after ``timeout`` seconds, or at
-    Ctrl-C (``_interruptible``; then raises KeyboardInterrupt once the stage has ended)."""
-    timed_out = threading.Event()
-
-    def cancel():
-        timed_out.set()
-        session.cancel_tag(tag)
-
-    timer = threading.Timer(timeout, cancel) if timeout else None
-    session.add_tag(tag)
-    try:
-        if timer:
-            timer.daemon = True
-            timer.start()
-        with _interruptible(session, tag, what) as interrupted:
-            try:
-                rows = job.collect()
-            except Exception as e:
-                if interrupted.is_set():
-                    raise KeyboardInterrupt(_interrupted(what)) from e
-                if timed_out.is_set():
-                    raise JobTimeoutError(f"{what} did not finish within timeout={timeout} s; "
-                                          "its barrier stage was cancelled.") from e
-                raise
-            if interrupted.is_set():  # the stage ended on its own meanwhile: still, stop
-                raise KeyboardInterrupt(_interrupted(what))
-            return rows
-    finally:
-        if timer:
-            timer.cancel()
-            timer.join()
-        try:
-            session.remove_tag(tag)
-        except Exception as e:  # noqa: BLE001 - a session gone must not hide the job's error
-            logger.debug("sparktf: could not remove job tag %s: %s", tag, e)
-
-
-CANCEL_JOIN_S = 30.0  # a cancellation is one call to Spark; do not outlive the stage by more
-
-
-def _interrupted(what: str) -> str:
-    return f"{what} was interrupted (Ctrl-C); its barrier stage was cancelled"
-
-
-@contextlib.contextmanager
-def _interruptible(session: sessions.Session, tag: str, what: str):
-    """Makes Ctrl-C cancel the stage's jobs (tagged ``tag``); yields an Event set by it.
-
-    PySpark's own SIGINT handler cancels every job with a Py4J call made from the main
-    thread, which at that moment is inside the Py4J call that collects the stage: the
-    nested call fails ("reentrant call inside BufferedReader"), and its Py4JError, not
-    KeyboardInterrupt, ends the collect, so a fit that the user stopped read as a failed
-    barrier stage. This handler makes no call itself: a thread cancels the stage (as the
-    timeout does), the collect ends with Spark's cancellation, and ``_collect`` raises
-    KeyboardInterrupt. A second Ctrl-C raises at once. Signals reach the main thread
-    only: a fit in another thread, or a SIGINT the application ignores, is left alone.
-    """
-    interrupted = threading.Event()
-    main = threading.current_thread() is threading.main_thread()
-    previous = signal.getsignal(signal.SIGINT) if main else None
-    if not callable(previous):
-        yield interrupted
-        return
-    cancelling: list[threading.Thread] = []
-
-    def on_interrupt(signum, frame):
-        if interrupted.is_set():
-            # a second Ctrl-C: stop waiting for Spark to end the stage
-            raise KeyboardInterrupt(f"{what} was interrupted (Ctrl-C twice); the "
-                                    "cancellation of its barrier stage was not awaited")
-        interrupted.set()
-        canceller = threading.Thread(target=session.cancel_tag, args=(tag,),
-                                     name="sparktf-interrupt", daemon=True)
-        cancelling.append(canceller)
-        canceller.start()
-
-    signal.signal(signal.SIGINT, on_interrupt)
-    try:
-        yield interrupted
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        for canceller in cancelling:
-            canceller.join(timeout=CANCEL_JOIN_S)
-

@@ -6,8 +6,8 @@ from __future__ import annotations
 from sparktf._driver import schema, sessions
 from sparktf._driver.resources import TaskResources
 from sparktf.errors import ClusterFormationError
-from sparktf.runtime import cluster
-from sparktf.runtime import task as task_runtime
+from sparktf.runtime.process import cluster
+from sparktf.runtime.process import task as task_runtime
 
 ROUTE_COLUMN = "_sparktf_route"
 

@@ -1,5 +1,5 @@
 """Driver-side checks of input columns, so bad input fails before any job starts (the
-rows themselves are checked as the tasks receive them: ``sparktf.runtime.row_checks``)."""
+rows themselves are checked as the tasks receive them: ``sparktf.runtime.feed.row_checks``)."""
 
 from __future__ import annotations
 

@@ -28,14 +28,12 @@ import socket
 import threading
 from typing import Any, Callable
 
+from sparktf._protocol.connections import READ_CHUNK, Lines, shut
+from sparktf._protocol.meeting import REQUESTS, Meeting
 from sparktf._protocol.wire import ACK, decode, encode
 
 logger = logging.getLogger(__name__)
 
-# How long the first task to ask for the address exchange waits for every task to have
-# connected. A task that cannot reach the channel exchanges through Spark's allGather
-# instead; once this has passed, so does every task of the job (a consistent choice).
-GATHER_GRACE_S = 30.0
 # Every task of a job connects at once: socketserver's backlog of 5 overflowed and the
 # kernel dropped the rest's SYNs (256 simulated tasks: 109 never got in within the
 # clients' 10 s connect timeout, bench/channel_bench.py).
@@ -51,13 +49,12 @@ HELLO_DEADLINE_S = 10.0
 # (connections of a task attempt that Spark is still killing). Beyond it, a connection
 # is closed at once.
 CONNECTION_MARGIN = 8
-READ_CHUNK = 64 * 1024  # what one read takes off a connection (asyncio's buffer: 2x this)
 SHUTDOWN_S = 10.0  # how long shutting down waits for the connections to end
 
 EventHandler = Callable[[dict[str, Any]], None]
 
 
-class _Job:
+class _Job(Meeting):
     """The job's state as the tasks report it; lives on the server's event loop, where
     every method runs (``changed`` wakes the tasks waiting at a barrier)."""
 
@@ -108,8 +105,8 @@ class _Job:
         self.open.add(writer)
         try:
             if self.hung_up:
-                _shut(writer)  # a task that connects after the job ended hears so at once
-            await self._converse(_Lines(reader), writer)
+                shut(writer)  # a task that connects after the job ended hears so at once
+            await self._converse(Lines(reader), writer)
         except (OSError, ValueError):
             pass  # the task hung up, or the driver did (the job ended), or a line too long
         finally:
@@ -117,7 +114,7 @@ class _Job:
             self.handlers.discard(asyncio.current_task())
             writer.close()
 
-    async def _converse(self, lines: _Lines, writer) -> None:
+    async def _converse(self, lines: Lines, writer) -> None:
         hello = await self._authenticate(lines, writer)
         if hello is None:
             return
@@ -140,8 +137,8 @@ class _Job:
                 elif kind == "done":
                     if not await self.wait_all_done(int(event.get("rank", -1))):
                         return  # shutting down: no release
-                elif kind in _REQUESTS:  # a blocking question: the answer is the reply
-                    writer.write(encode(await _REQUESTS[kind](self, event)))
+                elif kind in REQUESTS:  # a blocking question: the answer is the reply
+                    writer.write(encode(await REQUESTS[kind](self, event)))
                     await writer.drain()
                     continue
                 else:
@@ -162,7 +159,7 @@ class _Job:
             if rank is not None:
                 await self._note(self._disconnect, rank, said_bye)
 
-    async def _authenticate(self, lines: _Lines, writer) -> dict | None:
+    async def _authenticate(self, lines: Lines, writer) -> dict | None:
         """The peer's first line once it has shown the job's secret; None for a peer that
         did not (dropped: ``HELLO_MAX_BYTES``, ``HELLO_DEADLINE_S``)."""
         try:
@@ -224,95 +221,6 @@ class _Job:
     def _set_epoch(self, epoch: int) -> None:
         self.epoch = max(self.epoch, epoch)
 
-    # ---------------------------------------------------------------- barriers, waits
-
-    async def wait_all_done(self, rank: int) -> bool:
-        """A barrier for the tasks' exit: waits until every rank is done (or shutdown)."""
-        await self._note(self.done.add, rank)
-        await self._until(lambda: len(self.done) >= self.num_tasks or self.closing)
-        return not self.closing or len(self.done) >= self.num_tasks
-
-    async def gather(self, rank: int, value: str, round_: int = 0, what: str = "") -> dict:
-        """An exchange among the tasks (round 0 their addresses, round 1 their rows): waits
-        until every task has sent its ``value`` of that round, then answers
-        ``{"values": [...]}`` in rank order (what Spark's ``allGather`` returns).
-
-        Answers ``{"fallback": True}`` (exchange through Spark instead) when not every
-        task has connected within ``GATHER_GRACE_S`` of the first request: one of them
-        cannot reach this channel and will call ``allGather``, so every task must. The
-        answer is the same for every task of the job, and the server's shutdown (the job
-        ended) ends the wait. A task that connected, then lost its connection before
-        sending its value (``what``), would never send it: the wait ends at once, the
-        driver hears an error naming it and the round, and the job ends.
-        """
-        def everyone(collection) -> bool:
-            return len(collection) >= self.num_tasks
-
-        gathered = self.gathered.setdefault(round_, {})
-        await self._note(gathered.__setitem__, rank, value)
-        try:
-            await self._until(lambda: everyone(self.ranks) or self.gather_fallback
-                              or self.closing, GATHER_GRACE_S)
-        except asyncio.TimeoutError:
-            await self._note(self._fall_back)
-        await self._until(lambda: everyone(gathered) or self.gather_fallback
-                          or self.closing or bool(self._lost(gathered)))
-        if self.closing:
-            return {"ended": True}  # the job has ended (a task failed): no exchange
-        if self.gather_fallback:
-            return {"fallback": True}
-        if everyone(gathered):
-            return {"values": [gathered[r] for r in range(self.num_tasks)]}
-        await self._give_up(self._lost(gathered), sorted(gathered), round_, what)
-        return {"ended": True}
-
-    def _fall_back(self) -> None:
-        # checked again here, on the loop: the last task may have connected just as the
-        # grace ended, and then some of its peers may already have the values
-        if len(self.ranks) < self.num_tasks:
-            self.gather_fallback = True
-
-    def _lost(self, gathered: dict) -> list[int]:
-        """Ranks that connected, then lost every connection without a goodbye, before
-        sending their value of this round: they will never send it."""
-        return sorted(r for r in self.dropped if r not in gathered and self.live[r] <= 0)
-
-    async def _give_up(self, lost: list[int], waiting: list[int], round_: int,
-                       what: str) -> None:
-        """Ends the job for an exchange that cannot complete; the driver hears why first."""
-        if self.giving_up or self.closing:
-            return  # a peer that waited too has already reported it
-        self.giving_up = True
-        message = (
-            f"rank(s) {lost} lost the connection to the driver's event channel before "
-            f"sending their {what or 'value'} for the tasks' exchange (round {round_}), "
-            f"while rank(s) {waiting} waited for it: the task's process died, or its network "
-            "to the driver failed. The job was ended; that task's executor log tells why it "
-            "ended.")
-        for rank in lost:
-            await asyncio.get_running_loop().run_in_executor(
-                self.dispatcher, self.on_event,
-                {"kind": "error", "rank": rank, "role": "?", "message": message,
-                 "traceback": "", "log_tail": "", "lost_channel": True})
-        await self.end_job()
-
-    async def await_epoch(self, rank: int, after: int) -> dict:
-        """Waits until an epoch after ``after`` is reported or every other task is done.
-
-        The evaluator side-car waits here for each new checkpoint: one blocking call
-        per checkpoint, no polling. ``finished`` means training is over.
-        """
-        def finished() -> bool:
-            return len(self.done - {rank}) >= self.num_tasks - 1
-
-        await self._until(lambda: self.epoch > after or finished() or self.closing)
-        return {"epoch": self.epoch, "finished": finished() or self.closing}
-
-    async def await_serving(self, count: int) -> dict:
-        """Waits until ``count`` tasks serve: the PS chief connects only once all are up."""
-        await self._until(lambda: len(self.serving) >= count or self.closing)
-        return {"serving": len(self.serving)}
-
     # ------------------------------------------------------------------ ending the job
 
     async def close_barrier(self) -> None:
@@ -325,7 +233,7 @@ class _Job:
         every later one."""
         self.hung_up = True
         for writer in list(self.open):
-            _shut(writer)
+            shut(writer)
 
     async def end_job(self) -> None:
         """A task reported a failure: every task's waits end and the driver hangs up on all
@@ -333,57 +241,6 @@ class _Job:
         finishes without Spark killing a task (which would cost its Python worker)."""
         await self.close_barrier()
         self.hang_up()
-
-
-_REQUESTS = {
-    "gather": lambda job, event: job.gather(int(event.get("rank", -1)),
-                                            str(event.get("value", "")),
-                                            int(event.get("round", 0)),
-                                            str(event.get("what", ""))),
-    "await_serving": lambda job, event: job.await_serving(int(event.get("count", 0))),
-    "await_epoch": lambda job, event: job.await_epoch(int(event.get("rank", -1)),
-                                                      int(event.get("after", 0))),
-}
-
-
-class _Lines:
-    """A connection's lines, each read with its own bound. asyncio's ``readline`` buffers a
-    line up to the reader's one limit before any check, and a peer's first line must be
-    held to a few KB while a task's later lines (a traceback, a log tail) may be long."""
-
-    def __init__(self, reader: asyncio.StreamReader):
-        self._reader = reader
-        self._buffer = bytearray()
-        self._searched = 0  # the buffer's bytes already known to hold no line break
-
-    async def next(self, limit: int) -> bytes:
-        """The next line, its break included; b"" at the end of the stream. ValueError for a
-        line over ``limit`` bytes, as soon as that many have come without a break."""
-        while True:
-            end = self._buffer.find(b"\n", self._searched)
-            if end >= 0:
-                if end >= limit:
-                    raise ValueError(f"a line of {end + 1} bytes, over {limit}")
-                line = bytes(self._buffer[:end + 1])
-                del self._buffer[:end + 1]
-                self._searched = 0
-                return line
-            self._searched = len(self._buffer)
-            if len(self._buffer) > limit:
-                raise ValueError(f"over {limit} bytes without a line break")
-            chunk = await self._reader.read(READ_CHUNK)
-            if not chunk:
-                return b""  # the peer hung up (a partial last line is no event)
-            self._buffer += chunk
-
-
-def _shut(writer: asyncio.StreamWriter) -> None:
-    sock = writer.get_extra_info("socket")
-    try:
-        if sock is not None:
-            sock.shutdown(socket.SHUT_RDWR)  # the task sees the hang-up; our read ends
-    except OSError:
-        pass
 
 
 class _Handle:

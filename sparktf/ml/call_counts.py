@@ -55,7 +55,8 @@ def advice(columns: list[str], calls: int, rows: int, longest: int, batch_size: 
 
 
 def counter(spark_context, columns: list[str], batch_size: int):
-    """An accumulator's ``add`` for the tasks, or None where there is none (Connect)."""
+    """The accumulator the tasks add their (calls, rows, longest) to, or None where there
+    is none (Spark Connect)."""
     if spark_context is None or not columns:
         return None
-    return spark_context.accumulator((0, 0, 0), CallCounts(columns, batch_size)).add
+    return spark_context.accumulator((0, 0, 0), CallCounts(columns, batch_size))

@@ -22,13 +22,13 @@ from sparktf._driver import checks, events, failures, launch, pickling, routing,
 from sparktf._driver import schema as schema_checks
 from sparktf._driver.resources import TaskResources
 from sparktf.errors import ClusterCapacityError, InvalidInputError, SparkTFError
-from sparktf.ml import parquet_copy, runs, scratch
+from sparktf.ml import fit_checks, parquet_copy, runs, scratch
 from sparktf.ml.model import TFModel
 from sparktf.ml.params import _TFEstimatorParams, add_setters, without_none
 from sparktf.ml.persistence import TFEstimatorReader, TFEstimatorWriter
 from sparktf.ml.progress import FitProgress, next_label
 from sparktf.runtime import storage, training
-from sparktf.runtime.row_checks import RowChecks
+from sparktf.runtime.feed.row_checks import RowChecks
 
 logger = logging.getLogger("sparktf")
 
@@ -118,7 +118,7 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
     def _fit(self, dataset: DataFrame) -> TFModel:
         events.log_phase(None, "fit called")
         features = self._feature_columns(dataset.schema)
-        self._validate(dataset, features)
+        fit_checks.check(self, dataset, features)
         events.log_phase(None, "input checked")
         run_dir = self._run_dir(sessions.Session(dataset.sparkSession).master)
         with contextlib.ExitStack() as stack:
@@ -228,79 +228,6 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                     "from the column of its name among %s", self.getFeaturesCol(), found)
         return found
 
-    def _validate(self, dataset: DataFrame, features: list[str]) -> None:
-        if self.getModelFn() is None:
-            raise InvalidInputError("TFEstimator needs modelFn: a callable hparams -> compiled "
-                                    "keras.Model. Received: modelFn=None")
-        if self.getEvaluator() and not self._holds_out_rows():
-            raise InvalidInputError("evaluator=True evaluates on held-out rows: set "
-                                    "validationFraction or validationCol as well. Received: "
-                                    "evaluator=True with no validation rows")
-        training.file_callbacks.check(self.getCallbacks())
-        if self.getRunId() is not None:
-            runs.check_name(self.getRunId())
-            if not self.isSet(self.modelDir):
-                raise InvalidInputError(
-                    "runId names a folder under modelDir, where the run outlives this "
-                    f"driver: set modelDir as well. Received: runId={self.getRunId()!r} "
-                    "with modelDir unset")
-        best = self.getKeepBest()
-        if best is not None and best.startswith("val_") and not self._holds_out_rows():
-            raise InvalidInputError(f"keepBest={best!r} is a validation value: set "
-                                    "validationFraction or validationCol as well")
-        if best is not None and (self.getEvaluator() or self.getNumPs()):
-            raise InvalidInputError(f"keepBest={best!r} works in the training loop of "
-                                    "numPs=0 without evaluator=True; unset one of them")
-        if self.getTensorboard():
-            tensorboard.check_available()
-        schema_checks.check_feedable(dataset.schema, features, "feature")
-        labels = self.labelColumns()
-        for label in labels:
-            schema_checks.check_label(dataset.schema, label)
-        self._check_default_outputs(labels)
-        if len(labels) > 1 and self.getClassWeight() is not None:
-            raise InvalidInputError(
-                "classWeight applies to a model with a single output (Keras's fit refuses "
-                "class_weight with several outputs too): fold the class weights into a "
-                f"weightCol. Received: classWeight={self.getClassWeight()}, labelCols={labels}")
-        if self.isSet(self.validationCol) and self.getValidationFraction() > 0:
-            raise InvalidInputError("Set either validationCol or validationFraction, not both. "
-                                    f"Received: validationCol={self.getValidationCol()!r}, "
-                                    f"validationFraction={self.getValidationFraction()}")
-        if self.isSet(self.validationCol):
-            schema_checks.check_validation_column(dataset.schema, self.getValidationCol())
-        weight = self.getWeightColOrNone()
-        if weight is not None:
-            if self.getClassWeight() is not None:
-                raise InvalidInputError(
-                    "Set either weightCol or classWeight, not both (Keras refuses "
-                    "sample_weight with class_weight too). Fold the class weights into the "
-                    f"weight column. Received: weightCol={weight!r}, "
-                    f"classWeight={self.getClassWeight()}")
-            schema_checks.check_weight_column(dataset.schema, weight)
-        if self.getMinWorkers() > self.getNumWorkers():
-            raise InvalidInputError(
-                "minWorkers is the fewest workers a relaunch may continue with: at most "
-                f"numWorkers. Received: minWorkers={self.getMinWorkers()}, "
-                f"numWorkers={self.getNumWorkers()}")
-        if self.getBatchSize() < self.getNumWorkers():
-            raise InvalidInputError(
-                f"batchSize is the global batch, shared by the workers: it must be at least "
-                f"numWorkers. Received: batchSize={self.getBatchSize()}, "
-                f"numWorkers={self.getNumWorkers()}")
-
-    def _check_default_outputs(self, labels: list[str]) -> None:
-        """Several outputs without outputMapping score to '<output>_<predictionCol>': a
-        label column of that form could be overwritten, so it is refused."""
-        suffix = "_" + self.getPredictionCol()
-        clashing = [c for c in labels if c.endswith(suffix)] if len(labels) > 1 else []
-        if clashing and not self.getOutputMapping():
-            raise InvalidInputError(
-                f"The label column '{clashing[0]}' could be the default output column of an "
-                f"output named '{clashing[0][:-len(suffix)]}' (several outputs score to "
-                f"'<output>{suffix}'). Rename the column, or set predictionCol or "
-                f"outputMapping. Received: labelCols={labels}")
-
     def _row_checks(self, columns: list[str]) -> RowChecks:
         """The checks the tasks make of the rows they receive (nulls, labels, weights)."""
         held_out_by = (f"validationCol={self.getValidationCol()!r}"
@@ -309,10 +236,6 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                        if self.getValidationFraction() > 0 else None)
         return RowChecks(tuple(columns), tuple(self.labelColumns()), self.getWeightColOrNone(),
                          held_out_by, VALIDATION_FLAG if self.isSet(self.validationCol) else None)
-
-    def _holds_out_rows(self) -> bool:
-        """Whether some rows are held out for validation (validationCol or a fraction)."""
-        return self.isSet(self.validationCol) or self.getValidationFraction() > 0
 
     def _run_dir(self, master: str) -> str:
         """This fit's own folder under modelDir: its export and checkpoints.
@@ -356,7 +279,7 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                               self.isSet(self.inputCols) else self.getFeaturesCol()),
             epochs=self.getEpochs(), batch_size=self.getBatchSize(), model_dir=model_dir,
             shuffle=self.getShuffle(), seed=self.getOrDefault(self.seed) % (2 ** 31),
-            has_validation=self._holds_out_rows(),
+            has_validation=fit_checks.holds_out_rows(self),
             callbacks=tuple(self.getCallbacks()), evaluator=self.getEvaluator(),
             summary_steps=self.getSummarySteps(), weight_column=self.getWeightColOrNone(),
             keep_best=self.getKeepBest(), keep_best_mode=self.getKeepBestMode(),

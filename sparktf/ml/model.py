@@ -18,7 +18,17 @@ from sparktf.errors import InvalidInputError
 from sparktf.ml import call_counts
 from sparktf.ml.params import _TFModelParams, add_setters, without_none
 from sparktf.ml.persistence import TFModelReader, TFModelWriter
-from sparktf.runtime import inference, length_groups, storage
+from sparktf.runtime import storage, worker_tuning
+from sparktf.runtime.scoring import inference, length_groups, saved_models
+from sparktf.runtime.scoring.spec import (
+    MULTICLASS,
+    REGRESSION,
+    InputBinding,
+    OutputBinding,
+    PredictionColumns,
+    ScoreSpec,
+    per_row_kind,
+)
 from sparktf.runtime.training.spec import BUILDER_IN_SAVED_MODEL, KERAS_FILE, KERAS_IN_SAVED_MODEL
 
 MLFLOW_SCHEMES = ("runs:/", "models:/")  # modelPath naming a model sparktf logged to MLflow
@@ -92,17 +102,19 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
         return TFModelReader(cls)
 
     def _transform(self, dataset: DataFrame) -> DataFrame:
-        spec = self._score_spec(dataset.schema)
+        session = sessions.Session(dataset.sparkSession)
+        spec = self._score_spec(dataset.schema, session)
         fields, vector_columns = self._output_fields(spec)
         for field in fields:
             if field.name in dataset.columns:
                 raise InvalidInputError(f"The output column '{field.name}' already exists in "
                                         "the DataFrame; choose another column name.")
-        session = sessions.Session(dataset.sparkSession)
+        # the last transform's (calls, rows, longest length called) so far: bench/lengths_bench
+        self._call_counts = _call_counter(spec, session.sc, dataset.schema)
         with checks.executor_python(session):
             score = _arrow_udf(spec, T.StructType(fields),
                                lambda names, arrays: pa_struct(names, arrays),
-                               _call_counter(spec, session.sc, dataset.schema))
+                               self._call_counts)
             scored = dataset.withColumn(
                 _OUTPUTS, score(*[dataset[schema.quoted(b.column)] for b in spec.inputs]))
         columns = [scored[schema.quoted(c)] for c in dataset.columns]
@@ -121,7 +133,8 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
         """
         from pyspark.sql import SparkSession
 
-        spec = self._score_spec(None)
+        session = SparkSession.getActiveSession()
+        spec = self._score_spec(None, sessions.Session(session) if session else None)
         if spec.prediction is not None:
             return_type, take = T.DoubleType(), spec.prediction.prediction
         elif len(spec.outputs) == 1 and spec.outputs[0].per_row == "scalar":
@@ -130,7 +143,6 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
         else:
             raise InvalidInputError("udf() returns one value per row: the model needs a single "
                                     "output or an outputMapping with one scalar output.")
-        session = SparkSession.getActiveSession()
         if session is not None:
             checks.app_executor_python(sessions.Session(session))
         counter = _call_counter(spec, sessions.Session(session).sc if session else None, None)
@@ -203,32 +215,35 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
             path = tracking.resolve(path)
         return path
 
-    def _score_spec(self, df_schema: T.StructType | None) -> inference.ScoreSpec:
-        """Bindings of columns to signature inputs and outputs to columns, checked."""
+    def _score_spec(self, df_schema: T.StructType | None, session=None) -> ScoreSpec:
+        """Bindings of columns to signature inputs and outputs to columns, checked;
+        ``session`` (``sessions.Session``) says whether the workers are tuned."""
         path = self._saved_model_path()
         if not storage.exists(path):
             raise InvalidInputError(f"No SavedModel at modelPath={path!r}. Check the path; "
                                     "it must be readable from the driver and every executor.")
         try:
-            inputs, outputs = inference.describe(path, self.getSignature())
+            inputs, outputs = saved_models.describe(path, self.getSignature())
         except KeyError as e:
             raise InvalidInputError(str(e.args[0])) from e
-        bindings = self._input_bindings(inputs, df_schema, inference.input_names(path))
+        bindings = self._input_bindings(inputs, df_schema, saved_models.input_names(path))
         spec = dict(model_path=path, signature=self.getSignature(),
                     batch_size=self.getBatchSize(), inputs=bindings, use_gpu=self.getUseGpu(),
                     pad_length=self.getPadLength(),
-                    padding=tuple(sorted(inference.padding_values(path).items())))
+                    padding=tuple(sorted(saved_models.padding_values(path).items())),
+                    worker_tuning=worker_tuning.from_setting(
+                        session.setting(worker_tuning.SETTING)) if session else True)
         if self.getOutputMapping() or len(outputs) > 1:
-            return inference.ScoreSpec(**spec, outputs=self._output_bindings(outputs))
+            return ScoreSpec(**spec, outputs=self._output_bindings(outputs))
         if len(outputs) == 1 and next(iter(outputs.values()))[1] == "string":
             (name, (shape, dtype)), = outputs.items()  # e.g. StringLookup(invert=True)
-            return inference.ScoreSpec(**spec, outputs=(inference.OutputBinding(
-                name, self.getPredictionCol(), inference.per_row_kind(shape), dtype),))
-        return inference.ScoreSpec(**spec, prediction=self._prediction_columns(outputs))
+            return ScoreSpec(**spec, outputs=(OutputBinding(
+                name, self.getPredictionCol(), per_row_kind(shape), dtype),))
+        return ScoreSpec(**spec, prediction=self._prediction_columns(outputs))
 
     def _input_bindings(self, inputs: dict, df_schema, renamed: dict) -> tuple:
         """``renamed``: signature input -> model input, where the signature could not keep
-        the model's name (``inference.input_names``)."""
+        the model's name (``saved_models.input_names``)."""
         named = {renamed.get(name, name): name for name in inputs}  # model input -> signature
         # inputMapping may name an input as the model does (größe), or as the signature
         mapping = {column: named.get(name, name)
@@ -259,7 +274,7 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
             schema.check_feedable(df_schema, list(mapping), "input")
             for column, name in mapping.items():
                 schema.check_against_input(df_schema, column, name, *inputs[name])
-        return tuple(inference.InputBinding(c, n, inputs[n][0], inputs[n][1])
+        return tuple(InputBinding(c, n, inputs[n][0], inputs[n][1])
                      for c, n in mapping.items())
 
     def _output_bindings(self, outputs: dict) -> tuple:
@@ -272,27 +287,27 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
                 raise InvalidInputError(f"outputMapping names output '{name}', but the "
                                         f"signature's outputs are {sorted(outputs)}.")
             shape, dtype = outputs[name]
-            bindings.append(inference.OutputBinding(name, column,
-                                                    inference.per_row_kind(shape), dtype))
+            bindings.append(OutputBinding(name, column,
+                                                    per_row_kind(shape), dtype))
         return tuple(bindings)
 
-    def _prediction_columns(self, outputs: dict) -> inference.PredictionColumns:
+    def _prediction_columns(self, outputs: dict) -> PredictionColumns:
         (name, (shape, _)), = outputs.items()
         if None in tuple(shape):  # its length follows the row's: no prediction per row
             length_groups.refuse_prediction(name)
         kind = self.getPredictionKind()
         if kind == "auto":
-            kind = (inference.MULTICLASS if inference.per_row_kind(shape) == "vector"
-                    else inference.REGRESSION)
-        classifier = kind != inference.REGRESSION
-        return inference.PredictionColumns(
+            kind = (MULTICLASS if per_row_kind(shape) == "vector"
+                    else REGRESSION)
+        classifier = kind != REGRESSION
+        return PredictionColumns(
             output_name=name, kind=kind, from_logits=self.getFromLogits(),
             prediction=self.getPredictionCol(),
             probability=self.getProbabilityCol() if classifier else None,
             raw=self.getRawPredictionCol() if classifier else None)
 
     @staticmethod
-    def _output_fields(spec: inference.ScoreSpec):
+    def _output_fields(spec: ScoreSpec):
         fields, vectors = [], []
         for b in spec.outputs:
             base = _SPARK_TYPES.get(b.dtype, T.DoubleType())
@@ -326,7 +341,7 @@ def pa_struct(names, arrays):
     return pa.StructArray.from_arrays(arrays, names=names)
 
 
-def _call_counter(spec: inference.ScoreSpec, sc, df_schema):
+def _call_counter(spec: ScoreSpec, sc, df_schema):
     """What the tasks report their calls to (``call_counts``), where rows may be called by
     length: an array column into an input of length None the model does not mask."""
     if spec.pad_length:
@@ -338,14 +353,15 @@ def _call_counter(spec: inference.ScoreSpec, sc, df_schema):
     return call_counts.counter(sc, grouped, spec.batch_size)
 
 
-def _arrow_udf(spec: inference.ScoreSpec, return_type, pick, report=None):
+def _arrow_udf(spec: ScoreSpec, return_type, pick, counts=None):
     """An iterator Arrow UDF scoring ``spec.inputs``; ``pick(names, arrays)`` forms its result;
-    ``report`` takes each task's (calls, rows, longest length called)."""
+    ``counts`` (an accumulator) takes each task's (calls, rows, longest length called)."""
     import pyarrow as pa
     from pyspark.sql.functions import arrow_udf
 
     def score(batches):
         columns = ((a,) if isinstance(a, (pa.Array, pa.ChunkedArray)) else a for a in batches)
+        report = counts.add if counts is not None else None
         for struct in inference.score_arrays(spec, columns, report):
             names = [struct.type.field(i).name for i in range(struct.type.num_fields)]
             yield pick(names, [struct.field(i) for i in range(len(names))])

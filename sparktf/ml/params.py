@@ -6,11 +6,9 @@ form: what was expected, then ``Received: name=value``.
 
 from __future__ import annotations
 
-import math
 import zlib
-from typing import Any, Callable
 
-from pyspark.ml.param import Param, Params, TypeConverters
+from pyspark.ml.param import Param, TypeConverters
 from pyspark.ml.param.shared import (
     HasFeaturesCol,
     HasInputCols,
@@ -22,9 +20,21 @@ from pyspark.ml.param.shared import (
     HasWeightCol,
 )
 
-from sparktf._driver.resources import positive_number, task_cpus, task_gpus
-from sparktf.errors import InvalidInputError
-from sparktf.ml.persistence import check_picklable
+from sparktf._driver.resources import task_cpus, task_gpus
+from sparktf.ml.param_values import (
+    callable_or_none,
+    callback_list,
+    choice,
+    class_weight,
+    column_list,
+    fraction,
+    hyper_params,
+    int_at_least,
+    new_param,
+    positive_float,
+    str_dict,
+    verbosity,
+)
 from sparktf.runtime.gpu import use_gpu_value
 
 INPUT_MODES = ("stream", "parquet")
@@ -34,134 +44,20 @@ PREDICTION_KINDS = ("auto", "regression", "binary", "multiclass")
 DEFAULT_SEED = zlib.crc32(b"TFEstimator")
 
 
-def _int_at_least(name: str, low: int) -> Callable[[Any], int]:
-    def convert(value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) and not (
-                isinstance(value, float) and value.is_integer()):
-            raise InvalidInputError(f"{name} must be an integer >= {low}. "
-                                    f"Received: {name}={value!r}")
-        if int(value) < low:
-            raise InvalidInputError(f"{name} must be >= {low}. Received: {name}={value!r}")
-        return int(value)
-    return convert
-
-
-def _positive_float(name: str, what: str = "a positive number") -> Callable[[Any], float]:
-    return lambda value: positive_number(name, value, what)
-
-
-def _verbosity(value: Any) -> int:
-    if isinstance(value, bool) or value not in (0, 1, 2):
-        raise InvalidInputError("verbose must be 0 (silent), 1 (progress bar and one line per "
-                                f"epoch) or 2 (one line per epoch). Received: verbose={value!r}")
-    return int(value)
-
-
-def _fraction(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-        raise InvalidInputError("validationFraction must be in [0, 1). "
-                                f"Received: validationFraction={value!r}")
-    return float(value)
-
-
-def _callable_or_none(name: str) -> Callable[[Any], Any]:
-    def convert(value: Any) -> Any:
-        if value is not None and not callable(value):
-            raise InvalidInputError(f"{name} must be a callable. Received: {name}={value!r}")
-        return value
-    return convert
-
-
-def _choice(name: str, choices: tuple) -> Callable[[Any], Any]:
-    def convert(value: Any) -> Any:
-        if isinstance(value, str):
-            value = value.lower()
-        if value not in choices:
-            raise InvalidInputError(f"{name} must be one of {list(choices)}. "
-                                    f"Received: {name}={value!r}")
-        return value
-    return convert
-
-
-def _column_list(name: str) -> Callable[[Any], list]:
-    def convert(value: Any) -> list:
-        if isinstance(value, str) or not isinstance(value, (list, tuple)) or not value or \
-                not all(isinstance(v, str) for v in value) or len(set(value)) != len(value):
-            raise InvalidInputError(f"{name} must be a non-empty list of distinct column "
-                                    f"names. Received: {name}={value!r}")
-        return list(value)
-    return convert
-
-
-def _str_dict(name: str) -> Callable[[Any], dict]:
-    def convert(value: Any) -> dict:
-        if not isinstance(value, dict):
-            raise InvalidInputError(f"{name} must be a dict. Received: {name}={value!r}")
-        return dict(value)
-    return convert
-
-
-def _hyper_params(value: Any) -> dict:
-    value = _str_dict("hyperParams")(value)
-    check_picklable("hyperParams", value)  # saved exactly as set, as modelFn is
-    return value
-
-
-def _class_weight(value: Any) -> dict:
-    """Keras's ``class_weight``: class index -> non-negative weight. Keys may be strings
-    of integers (as JSON persistence gives them back)."""
-    if not isinstance(value, dict) or not value:
-        raise InvalidInputError("classWeight must be a non-empty dict class index -> weight, "
-                                "e.g. {0: 1.0, 1: 5.0}. Received: "
-                                f"classWeight={value!r}")
-    out = {}
-    for key, weight in value.items():
-        try:
-            index = int(key)
-        except (TypeError, ValueError):
-            index = None
-        if index is None or index < 0 or isinstance(key, bool) or (
-                isinstance(key, float) and not key.is_integer()):
-            raise InvalidInputError("classWeight keys must be class indices (integers >= 0). "
-                                    f"Received: classWeight={value!r}")
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or \
-                not math.isfinite(weight) or weight < 0:
-            raise InvalidInputError(f"classWeight values must be finite numbers >= 0. Received: "
-                                    f"classWeight[{key!r}]={weight!r}")
-        out[index] = float(weight)
-    return out
-
-
-def _callback_list(value: Any) -> list:
-    items = list(value) if isinstance(value, (list, tuple)) else None
-    if items is None:
-        raise InvalidInputError(f"callbacks must be a list of keras.callbacks.Callback. "
-                                f"Received: callbacks={value!r}")
-    for cb in items:
-        if not hasattr(cb, "on_epoch_end"):
-            raise InvalidInputError("callbacks must hold keras.callbacks.Callback objects. "
-                                    f"Received an item of type {type(cb).__name__}")
-    return items
-
-
-def _param(name: str, doc: str, converter: Callable[[Any], Any]) -> Param:
-    return Param(Params._dummy(), name, doc, typeConverter=converter)
-
-
 class _TFSharedParams(HasFeaturesCol, HasInputCols, HasPredictionCol, HasProbabilityCol,
                       HasRawPredictionCol):
     """Params that the estimator carries to its model."""
 
-    batchSize: Param = _param("batchSize", "rows per batch: the global training batch for "
+    batchSize: Param = new_param("batchSize", "rows per batch: the global training batch for "
                               "TFEstimator, the rows per model call for TFModel",
-                              _int_at_least("batchSize", 1))
-    useGpu: Param = _param("useGpu", "'auto' (GPUs Spark assigns, else CPU), True (require "
+                              int_at_least("batchSize", 1))
+    useGpu: Param = new_param("useGpu", "'auto' (GPUs Spark assigns, else CPU), True (require "
                            "an assigned GPU) or False (CPU only)",
                            use_gpu_value)
-    outputMapping: Param = _param("outputMapping", "dict signature output name -> column; "
+    outputMapping: Param = new_param("outputMapping", "dict signature output name -> column; "
                                   "unset, each output of a model with several outputs goes "
                                   "to the column '<output>_<predictionCol>'",
-                                  _str_dict("outputMapping"))
+                                  str_dict("outputMapping"))
 
     def getBatchSize(self) -> int:
         return self.getOrDefault(self.batchSize)
@@ -182,77 +78,77 @@ class _TFSharedParams(HasFeaturesCol, HasInputCols, HasPredictionCol, HasProbabi
 class _TFEstimatorParams(_TFSharedParams, HasLabelCol, HasSeed, HasWeightCol):
     """Params of ``TFEstimator``."""
 
-    classWeight: Param = _param("classWeight", "dict class index -> weight: Keras's "
+    classWeight: Param = new_param("classWeight", "dict class index -> weight: Keras's "
                                 "class_weight (training rows only); not with weightCol",
-                                _class_weight)
+                                class_weight)
 
-    labelCols: Param = _param("labelCols", "several label columns for a model with several "
+    labelCols: Param = new_param("labelCols", "several label columns for a model with several "
                               "outputs: matched to the outputs by the outputs' names, else "
-                              "in order (instead of labelCol)", _column_list("labelCols"))
+                              "in order (instead of labelCol)", column_list("labelCols"))
 
-    modelFn: Param = _param("modelFn", "callable hparams -> compiled keras.Model, called on "
-                            "every worker", _callable_or_none("modelFn"))
-    numWorkers: Param = _param("numWorkers", "number of TensorFlow workers (barrier tasks)",
-                               _int_at_least("numWorkers", 1))
-    minWorkers: Param = _param("minWorkers", "fewest workers a relaunch may continue with when "
+    modelFn: Param = new_param("modelFn", "callable hparams -> compiled keras.Model, called on "
+                            "every worker", callable_or_none("modelFn"))
+    numWorkers: Param = new_param("numWorkers", "number of TensorFlow workers (barrier tasks)",
+                               int_at_least("numWorkers", 1))
+    minWorkers: Param = new_param("minWorkers", "fewest workers a relaunch may continue with when "
                                "executors were lost (default: numWorkers); batchSize stays "
-                               "the global batch", _int_at_least("minWorkers", 1))
-    numPs: Param = _param("numPs", "number of parameter servers; > 0 means asynchronous "
-                          "training", _int_at_least("numPs", 0))
-    epochs: Param = _param("epochs", "passes over the training data",
-                           _int_at_least("epochs", 1))
-    learningRate: Param = _param("learningRate", "learning rate, passed to modelFn as "
-                                 "hparams['learningRate']", _positive_float("learningRate"))
-    hyperParams: Param = _param("hyperParams", "dict passed to modelFn as hparams (with "
+                               "the global batch", int_at_least("minWorkers", 1))
+    numPs: Param = new_param("numPs", "number of parameter servers; > 0 means asynchronous "
+                          "training", int_at_least("numPs", 0))
+    epochs: Param = new_param("epochs", "passes over the training data",
+                           int_at_least("epochs", 1))
+    learningRate: Param = new_param("learningRate", "learning rate, passed to modelFn as "
+                                 "hparams['learningRate']", positive_float("learningRate"))
+    hyperParams: Param = new_param("hyperParams", "dict passed to modelFn as hparams (with "
                                 "learningRate, epochs and batchSize added); saved exactly "
-                                "as set", _hyper_params)
-    validationFraction: Param = _param("validationFraction", "fraction of rows held out for "
-                                       "per-epoch validation metrics (val_*)", _fraction)
-    validationCol: Param = _param("validationCol", "boolean column: true rows are held out "
+                                "as set", hyper_params)
+    validationFraction: Param = new_param("validationFraction", "fraction of rows held out for "
+                                       "per-epoch validation metrics (val_*)", fraction)
+    validationCol: Param = new_param("validationCol", "boolean column: true rows are held out "
                                   "for validation (instead of validationFraction)",
                                   TypeConverters.toString)
-    shuffle: Param = _param("shuffle", "shuffle the rows every epoch",
+    shuffle: Param = new_param("shuffle", "shuffle the rows every epoch",
                             TypeConverters.toBoolean)
-    inputMode: Param = _param("inputMode", "'stream' (Spark streams Arrow batches into the "
+    inputMode: Param = new_param("inputMode", "'stream' (Spark streams Arrow batches into the "
                               "workers) or 'parquet' (workers read a Parquet copy)",
-                              _choice("inputMode", INPUT_MODES))
-    modelDir: Param = _param("modelDir", "URI every executor and the driver can reach: "
+                              choice("inputMode", INPUT_MODES))
+    modelDir: Param = new_param("modelDir", "URI every executor and the driver can reach: "
                              "checkpoints, logs, exported model", TypeConverters.toString)
-    runId: Param = _param("runId", "a name for this fit's folder under modelDir: a fit of "
+    runId: Param = new_param("runId", "a name for this fit's folder under modelDir: a fit of "
                           "the same runId resumes it from its last checkpoint, or returns "
                           "its model if it finished", TypeConverters.toString)
-    maxRetries: Param = _param("maxRetries", "relaunches of a failed training attempt, "
+    maxRetries: Param = new_param("maxRetries", "relaunches of a failed training attempt, "
                                "resuming from the last checkpoint",
-                               _int_at_least("maxRetries", 0))
-    callbacks: Param = _param("callbacks", "Keras callbacks run on the workers",
-                              _callback_list)
-    evaluator: Param = _param("evaluator", "add an evaluator task that evaluates each "
+                               int_at_least("maxRetries", 0))
+    callbacks: Param = new_param("callbacks", "Keras callbacks run on the workers",
+                              callback_list)
+    evaluator: Param = new_param("evaluator", "add an evaluator task that evaluates each "
                               "checkpoint on the validation rows while training goes on "
                               "(its val_* metrics join the history)", TypeConverters.toBoolean)
-    tensorboard: Param = _param("tensorboard", "start a TensorBoard server on the driver over "
+    tensorboard: Param = new_param("tensorboard", "start a TensorBoard server on the driver over "
                                 "modelDir's logs and print its URL",
                                 TypeConverters.toBoolean)
-    summarySteps: Param = _param("summarySteps", "also write the training loss to TensorBoard "
+    summarySteps: Param = new_param("summarySteps", "also write the training loss to TensorBoard "
                                  "every this many steps (batch_loss; 0: per epoch only)",
-                                 _int_at_least("summarySteps", 0))
-    taskCpus: Param = _param("taskCpus", "CPUs each training task asks for (a Spark "
+                                 int_at_least("summarySteps", 0))
+    taskCpus: Param = new_param("taskCpus", "CPUs each training task asks for (a Spark "
                              "ResourceProfile for the training stage only)",
                              task_cpus)
-    taskGpus: Param = _param("taskGpus", "GPUs each training task asks for (a Spark "
+    taskGpus: Param = new_param("taskGpus", "GPUs each training task asks for (a Spark "
                              "ResourceProfile for the training stage only): a fraction or a "
                              "whole number", task_gpus)
-    stallTimeout: Param = _param("stallTimeout", "seconds a training worker may go without "
+    stallTimeout: Param = new_param("stallTimeout", "seconds a training worker may go without "
                                  "progress (a blocked callback, a collective that never "
                                  "completes) before the attempt is stopped",
-                                 _positive_float("stallTimeout", "a positive number of seconds"))
-    keepBest: Param = _param("keepBest", "export the epoch with the best value of this "
+                                 positive_float("stallTimeout", "a positive number of seconds"))
+    keepBest: Param = new_param("keepBest", "export the epoch with the best value of this "
                              "metric (e.g. 'val_loss'), not the last", TypeConverters.toString)
-    keepBestMode: Param = _param("keepBestMode", "keepBest's better direction, as Keras's "
+    keepBestMode: Param = new_param("keepBestMode", "keepBest's better direction, as Keras's "
                                  "monitor: 'min', 'max' or 'auto'",
-                                 _choice("keepBestMode", ("auto", "min", "max")))
-    verbose: Param = _param("verbose", "progress on the driver, as in Keras: 0 silent, 1 a "
+                                 choice("keepBestMode", ("auto", "min", "max")))
+    verbose: Param = new_param("verbose", "progress on the driver, as in Keras: 0 silent, 1 a "
                             "live bar per epoch (Jupyter or a terminal) and one log line per "
-                            "epoch, 2 one log line per epoch", _verbosity)
+                            "epoch, 2 one log line per epoch", verbosity)
 
     def __init__(self, *args):
         super().__init__(*args)
@@ -367,25 +263,25 @@ class _TFEstimatorParams(_TFSharedParams, HasLabelCol, HasSeed, HasWeightCol):
 class _TFModelParams(_TFSharedParams):
     """Params of ``TFModel``."""
 
-    modelPath: Param = _param("modelPath", "URI of the SavedModel to score with",
+    modelPath: Param = new_param("modelPath", "URI of the SavedModel to score with",
                               TypeConverters.toString)
-    inputMapping: Param = _param("inputMapping", "dict column -> signature input name",
-                                 _str_dict("inputMapping"))
-    signature: Param = _param("signature", "SavedModel signature to call",
+    inputMapping: Param = new_param("inputMapping", "dict column -> signature input name",
+                                 str_dict("inputMapping"))
+    signature: Param = new_param("signature", "SavedModel signature to call",
                               TypeConverters.toString)
-    history: Param = _param("history", "per-epoch training metrics of a model sparktf "
-                            "trained", _str_dict("history"))
-    predictionKind: Param = _param("predictionKind", "how the output becomes predictionCol: "
+    history: Param = new_param("history", "per-epoch training metrics of a model sparktf "
+                            "trained", str_dict("history"))
+    predictionKind: Param = new_param("predictionKind", "how the output becomes predictionCol: "
                                    "'regression', 'binary', 'multiclass' or 'auto' (multiclass "
                                    "when the output has more than one value per row)",
-                                   _choice("predictionKind", PREDICTION_KINDS))
-    fromLogits: Param = _param("fromLogits", "whether the classifier outputs logits (then "
+                                   choice("predictionKind", PREDICTION_KINDS))
+    fromLogits: Param = new_param("fromLogits", "whether the classifier outputs logits (then "
                                "probabilityCol applies sigmoid/softmax)",
                                TypeConverters.toBoolean)
-    padLength: Param = _param("padLength", "unset: a row of an input of length None is "
+    padLength: Param = new_param("padLength", "unset: a row of an input of length None is "
                               "scored at its own length; n: such rows are padded at the end to "
                               "n (faster for recurrent models over many distinct lengths)",
-                              _int_at_least("padLength", 1))
+                              int_at_least("padLength", 1))
 
     def __init__(self, *args):
         super().__init__(*args)

@@ -20,6 +20,7 @@ import importlib.metadata
 import logging
 import math
 import os
+import sys
 import tempfile
 
 import mlflow
@@ -27,9 +28,17 @@ import pyarrow as pa
 from pyspark.ml.linalg import SparseVector, Vector, Vectors
 
 from sparktf.errors import InvalidInputError
-from sparktf.runtime import inference, storage
+from sparktf.runtime import storage
+from sparktf.runtime.scoring import inference, saved_models
+from sparktf.runtime.scoring import spec as score_spec
+from sparktf.runtime.scoring.outputs import output_arrays
 
 logger = logging.getLogger("sparktf")
+
+# A pyfunc model logged before the runtime was grouped into rooms pickled its ScoreSpec
+# (and bindings) as sparktf.runtime.inference.*: that name still unpickles, as the module
+# that holds them now.
+sys.modules.setdefault("sparktf.runtime.inference", score_spec)
 
 MODEL_NAME = "model"  # the logged model's name (artifact path) in the run
 SAVED_MODEL_ARTIFACT = "saved_model"
@@ -113,9 +122,9 @@ class SparkTFPyfunc(mlflow.pyfunc.PythonModel):
         import pandas as pd
 
         batch = arrow_batch(model_input)
-        fn = inference.ModelCache.get(self.spec.model_path, self.spec.signature, "/CPU:0")
+        fn = saved_models.ModelCache.get(self.spec.model_path, self.spec.signature, "/CPU:0")
         outputs = inference.run_model(fn, self.spec, batch)
-        names, arrays = inference.output_arrays(batch.num_rows, self.spec, outputs)
+        names, arrays = output_arrays(batch.num_rows, self.spec, outputs)
         return pd.DataFrame({n: a.to_pylist() for n, a in zip(names, arrays)})
 
 

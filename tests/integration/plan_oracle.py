@@ -2,7 +2,7 @@
 from README's step plan, trained by Keras's own ``fit``.
 
 Synchronous data-parallel training over several workers equals Keras's ``fit`` over
-the same global batches in the same order. The step plan (``feed.step_rows``, README
+the same global batches in the same order. The step plan (``shards.step_rows``, README
 "How rows become steps") says which rows make each global step; ``PlannedBatches``
 gives Keras exactly those batches, so every history value can be compared at float
 precision for any row count, batch size, worker count and partition sizes.
@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from sparktf.runtime import feed
+from sparktf.runtime.feed import shards
 
 
 def global_batches(worker_rows: list[np.ndarray], batch: int) -> list[np.ndarray]:
     """The row indices of each global step: every worker's slice of the step, in rank
     order. ``worker_rows``: each worker's training rows (indices), in the order it feeds
     them (its partition's order, ``shuffle=False``)."""
-    plan = feed.step_rows([len(r) for r in worker_rows], batch)
+    plan = shards.step_rows([len(r) for r in worker_rows], batch)
     used = np.concatenate([np.zeros((len(worker_rows), 1), np.int64),
                            np.cumsum(plan, axis=1)], axis=1)
     return [np.concatenate([rows[used[w, k]:used[w, k + 1]]

@@ -8,7 +8,7 @@ import pytest
 from pyspark.ml.linalg import Vectors
 
 import sparktf
-from sparktf.ml import TFEstimator, TFModel
+from sparktf.ml import TFEstimator, TFModel, fit_checks
 from tests.integration import models
 
 pytestmark = pytest.mark.timeout(300)
@@ -236,10 +236,10 @@ def test_what_keras_refuses_with_several_outputs_is_refused_before_any_job(spark
     with pytest.raises(sparktf.InvalidInputError, match="'a_prediction' could be the default "
                                                         "output column"):
         _est(labelCols=["a", "a_prediction"]).fit(clashing)
-    _est(labelCols=["a", "a_prediction"], predictionCol="hat")._validate(
-        clashing, ["features"])  # another predictionCol, or an outputMapping, avoids it
-    _est(labelCols=["a", "a_prediction"], outputMapping={"x": "y"})._validate(
-        clashing, ["features"])
+    fit_checks.check(_est(labelCols=["a", "a_prediction"], predictionCol="hat"),
+                     clashing, ["features"])  # another predictionCol, or an outputMapping
+    fit_checks.check(_est(labelCols=["a", "a_prediction"], outputMapping={"x": "y"}),
+                     clashing, ["features"])
     assert spark.sparkContext.statusTracker().getJobIdsForGroup() == jobs
 
 

@@ -375,8 +375,8 @@ def test_an_rnn_on_an_input_of_length_none_trains_as_keras_and_scores_each_row_a
     print("sparktf", model.getHistory()["loss"], "keras", expected)
     np.testing.assert_allclose(model.getHistory()["loss"], expected, rtol=1e-5)
     if form == "subclassed":  # typed as the column, not as Keras's float32 default
-        from sparktf.runtime import inference
-        assert list(inference.describe(model.getModelPath(), "serving_default")[0].values()) \
+        from sparktf.runtime.scoring import saved_models
+        assert list(saved_models.describe(model.getModelPath(), "serving_default")[0].values()) \
             == [((None,), "int32")]
     scored = model.transform(df.limit(4)).collect()
     alone = [oracle.predict(np.array([r.features]), verbose=0)[0, 0] for r in scored]

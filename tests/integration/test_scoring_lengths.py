@@ -8,7 +8,7 @@ import logging
 import numpy as np
 
 from sparktf.ml import TFEstimator, TFModel
-from sparktf.runtime import inference, padding
+from sparktf.runtime.scoring import padding, saved_models
 
 
 def masked_gru(hparams):
@@ -40,7 +40,7 @@ def test_a_fitted_masked_model_is_padded_and_scores_each_row_as_alone(spark, cap
     df = spark.createDataFrame(rows, "id long, tokens array<int>, label double")
     model = TFEstimator(modelFn=masked_gru, inputCols=["tokens"], numWorkers=2, epochs=1,
                         batchSize=64, verbose=0).fit(df)
-    assert inference.padding_values(model.getModelPath()) == {"tokens": 0}
+    assert saved_models.padding_values(model.getModelPath()) == {"tokens": 0}
     assert model._score_spec(df.schema).padding == (("tokens", 0),)
     serve = tf.saved_model.load(model.getModelPath()).signatures["serving_default"]
     alone = _alone(serve, [r[1] for r in rows])
@@ -66,7 +66,7 @@ def test_an_unmasked_model_is_called_by_length_and_the_driver_says_padLength_onc
     keras_model = keras.Model(tokens, keras.layers.Dense(1)(pooled))
     path = str(tmp_path / "unmasked")
     keras_model.export(path, verbose=False)
-    assert inference.padding_values(path) == {} and padding.masked_inputs(keras_model) == {}
+    assert saved_models.padding_values(path) == {} and padding.masked_inputs(keras_model) == {}
     rows = _token_rows(600, 150, seed=1)
     df = spark.createDataFrame(rows, "id long, tokens array<int>, label double")
     serve = tf.saved_model.load(path).signatures["serving_default"]

@@ -6,8 +6,8 @@ import socket
 
 import pytest
 
-from sparktf.runtime import cluster
-from sparktf.runtime.cluster import Role
+from sparktf.runtime.process import cluster
+from sparktf.runtime.process.cluster import Role
 
 
 def test_all_reduce_roles_are_workers_by_rank():
@@ -91,7 +91,7 @@ def test_port_conflict_is_recognised_from_tensorflow_error_text():
 
 
 def test_serve_and_await_servers_refuse_the_wrong_role():
-    from sparktf.runtime.context import TaskContext
+    from sparktf.runtime.process.context import TaskContext
     allreduce_worker = TaskContext(jobName="worker", taskIndex=0, rank=0,
                                    clusterSpec={"worker": ["h:1"]}, numWorkers=1)
     with pytest.raises(ValueError, match="numPs > 0"):

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from sparktf.runtime import arrival, columns, feed
-from sparktf.runtime.context import TaskContext
+from sparktf.runtime.feed import arrival, columns, shards
+from sparktf.runtime.process.context import TaskContext
 from tests import column_cases
 
 FUZZ = os.environ.get("SPARKTF_FUZZ") == "1"
@@ -77,7 +77,7 @@ def test_any_columns_reach_ctx_dataset_as_the_reference_says(frame, batch_size, 
     step = -(-len(rows) // chunks)  # several record batches, as Spark sends them
     batches = [arrow_batch(chosen, rows[i:i + step]) for i in range(0, len(rows), step)]
     with tempfile.TemporaryDirectory() as folder:
-        shard, _ = feed.spill(iter(batches), os.path.join(folder, "s.arrow"), ["id", *names])
+        shard, _ = shards.spill(iter(batches), os.path.join(folder, "s.arrow"), ["id", *names])
         read = column_cases.read_all(_context(shard).dataset(batch_size=batch_size), names)
     assert column_cases.mismatches(chosen, rows, read) == []
 
@@ -93,5 +93,5 @@ def test_a_null_anywhere_is_refused_naming_its_column(frame, data):
     name = column_cases.column_names(chosen)[column]
     with tempfile.TemporaryDirectory() as folder:
         with pytest.raises(columns.FeedError, match=f"Column '{name}'"):
-            feed.spill(iter([arrow_batch(chosen, rows, (row, column, inside))]),
+            shards.spill(iter([arrow_batch(chosen, rows, (row, column, inside))]),
                        os.path.join(folder, "s.arrow"), ["id", name])

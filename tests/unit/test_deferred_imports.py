@@ -26,7 +26,7 @@ def test_the_helpers_stay_unloaded_through_a_traced_fit_and_work_at_their_first_
         import inspect, json, sys, time
         import cloudpickle
         t = time.process_time()
-        from sparktf.runtime import deferred_imports
+        from sparktf.runtime.worker_tuning import deferred_imports
         deferred_imports.import_keras()
         cpu = time.process_time() - t
         import keras
@@ -103,7 +103,7 @@ def test_a_deferred_module_runs_once_across_threads_and_again_after_a_failure(tm
         import importlib, json, os, sys, threading
         sys.path.insert(0, sys.argv[1])
         os.environ["RUNS"] = os.path.join(sys.argv[1], "runs")
-        from sparktf.runtime import deferred_imports
+        from sparktf.runtime.worker_tuning import deferred_imports
         deferred_imports.DEFERRED = frozenset({"helper", "broken", "settable", "reloadable"})
         with deferred_imports.deferred():
             import helper, broken, settable, reloadable

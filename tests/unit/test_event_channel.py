@@ -10,11 +10,12 @@ import time
 import pytest
 
 from sparktf._driver import failures
+from sparktf._protocol import meeting
 from sparktf._protocol import server as channel
 from sparktf._protocol.client import EventClient, JobEnded
 from sparktf._protocol.server import EventServer
 from sparktf.errors import ExecutorLostError, TaskFailedError
-from sparktf.runtime import task
+from sparktf.runtime.process import task
 
 MB = 1024 * 1024
 
@@ -235,7 +236,7 @@ def test_a_task_that_lost_the_channel_never_takes_a_later_round_to_spark_alone()
 def test_after_a_first_round_through_spark_every_round_goes_through_spark(monkeypatch):
     """Rank 1 never reaches the channel: the driver sends rank 0 through Spark, and rank 0
     stays there for the rows even once its own channel is gone."""
-    monkeypatch.setattr(channel, "GATHER_GRACE_S", 0.3)
+    monkeypatch.setattr(meeting, "GATHER_GRACE_S", 0.3)
     with EventServer("127.0.0.1", lambda e: None, num_tasks=2) as server:
         a = EventClient(server.address, server.secret, rank=0)
         spark = _Barrier()

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparktf.runtime import columns, feed
+from sparktf.runtime.feed import columns, shards
 
 VECTOR = pa.struct([pa.field("type", pa.int8(), nullable=False), ("size", pa.int32()),
                     ("indices", pa.list_(pa.field("element", pa.int32(), nullable=False))),
@@ -21,7 +21,7 @@ def test_dense_vectors_become_a_float32_matrix():
     arr = vectors([{"type": 1, "size": None, "indices": None, "values": [1.0, 2.0]},
                    {"type": 1, "size": None, "indices": None, "values": [3.0, 4.0]}])
     assert columns.is_vector_type(arr.type)
-    out = feed.column_to_numpy(arr, "v")
+    out = shards.column_to_numpy(arr, "v")
     assert out.dtype == np.float32
     np.testing.assert_array_equal(out, [[1, 2], [3, 4]])
 
@@ -30,43 +30,43 @@ def test_mixed_sparse_and_dense_vectors_are_scattered():
     arr = vectors([{"type": 0, "size": 4, "indices": [1, 3], "values": [5.0, 6.0]},
                    {"type": 1, "size": None, "indices": None, "values": [1.0, 2.0, 3.0, 4.0]},
                    {"type": 0, "size": 4, "indices": [], "values": []}])
-    np.testing.assert_array_equal(feed.column_to_numpy(arr, "v"),
+    np.testing.assert_array_equal(shards.column_to_numpy(arr, "v"),
                                   [[0, 5, 0, 6], [1, 2, 3, 4], [0, 0, 0, 0]])
 
 
 def test_vectors_of_different_sizes_are_refused_by_name():
     arr = vectors([{"type": 0, "size": 3, "indices": [0], "values": [1.0]},
                    {"type": 1, "size": None, "indices": None, "values": [1.0, 2.0]}])
-    with pytest.raises(feed.FeedError, match="'v'.*different sizes"):
-        feed.column_to_numpy(arr, "v")
+    with pytest.raises(shards.FeedError, match="'v'.*different sizes"):
+        shards.column_to_numpy(arr, "v")
 
 
 def test_arrays_of_varying_length_are_padded_at_the_end_with_their_lengths():
-    out = feed.column_to_numpy(pa.array([[1, 2], [3], []]), "a")
+    out = shards.column_to_numpy(pa.array([[1, 2], [3], []]), "a")
     assert isinstance(out, columns.Padded)
     np.testing.assert_array_equal(out.values, [[1, 2], [3, 0], [0, 0]])
     assert out.lengths.tolist() == [2, 1, 0] and out.values.dtype == np.int64
 
 
 def test_nulls_are_refused_by_name():
-    with pytest.raises(feed.FeedError, match="'x' has 1 null"):
-        feed.column_to_numpy(pa.array([1.0, None]), "x")
+    with pytest.raises(shards.FeedError, match="'x' has 1 null"):
+        shards.column_to_numpy(pa.array([1.0, None]), "x")
 
 
 def test_maps_and_dates_are_refused_by_name_with_their_spark_type():
-    with pytest.raises(feed.FeedError, match="'m' has type map<string, int64>"):
-        feed.column_to_numpy(pa.array([[("a", 1)]], pa.map_(pa.string(), pa.int64())), "m")
-    with pytest.raises(feed.FeedError, match="'d' has type date32"):
-        feed.column_to_numpy(pa.array([0], pa.date32()), "d")
+    with pytest.raises(shards.FeedError, match="'m' has type map<string, int64>"):
+        shards.column_to_numpy(pa.array([[("a", 1)]], pa.map_(pa.string(), pa.int64())), "m")
+    with pytest.raises(shards.FeedError, match="'d' has type date32"):
+        shards.column_to_numpy(pa.array([0], pa.date32()), "d")
 
 
 def test_numbers_keep_their_own_type_and_strings_stay_strings():
-    assert feed.column_to_numpy(pa.array([4_000_000_003]), "i").tolist() == [4_000_000_003]
-    assert feed.column_to_numpy(pa.array([1, 2]), "i").dtype == np.int64
-    assert feed.column_to_numpy(pa.array([1.5]), "f").dtype == np.float64
-    assert feed.column_to_numpy(pa.array([1.5], pa.float32()), "f").dtype == np.float32
-    assert feed.column_to_numpy(pa.array(["a", "b"]), "s").tolist() == ["a", "b"]
-    assert feed.column_to_numpy(pa.array([b"\x89PNG"]), "b").tolist() == [b"\x89PNG"]
+    assert shards.column_to_numpy(pa.array([4_000_000_003]), "i").tolist() == [4_000_000_003]
+    assert shards.column_to_numpy(pa.array([1, 2]), "i").dtype == np.int64
+    assert shards.column_to_numpy(pa.array([1.5]), "f").dtype == np.float64
+    assert shards.column_to_numpy(pa.array([1.5], pa.float32()), "f").dtype == np.float32
+    assert shards.column_to_numpy(pa.array(["a", "b"]), "s").tolist() == ["a", "b"]
+    assert shards.column_to_numpy(pa.array([b"\x89PNG"]), "b").tolist() == [b"\x89PNG"]
 
 
 def _batches(n_batches, rows_per_batch, width=3):
@@ -80,10 +80,10 @@ def _batches(n_batches, rows_per_batch, width=3):
 
 
 def test_spill_keeps_only_requested_columns_and_counts_rows(tmp_path):
-    shard, _ = feed.spill(_batches(3, 10), str(tmp_path / "s.arrow"), ["id", "f"])
+    shard, _ = shards.spill(_batches(3, 10), str(tmp_path / "s.arrow"), ["id", "f"])
     assert (shard.num_rows, shard.columns) == (30, ("id", "f"))
     assert [i.shape for i in shard.infos] == [(), (3,)]
-    chunks = list(feed.read_chunks(shard))
+    chunks = list(shards.read_chunks(shard))
     assert [len(c["id"]) for c in chunks] == [10, 10, 10]
     assert chunks[1]["f"].shape == (10, 3)
 
@@ -91,8 +91,8 @@ def test_spill_keeps_only_requested_columns_and_counts_rows(tmp_path):
 @pytest.mark.parametrize("seed", [None, 7])
 @pytest.mark.parametrize("sizes", [[40], [10, 10, 10, 10], [7, 7, 7, 7, 7, 5], [1] * 40])
 def test_step_batches_use_every_row_once_in_the_given_sizes(tmp_path, sizes, seed):
-    shard, _ = feed.spill(_batches(4, 10), str(tmp_path / "s.arrow"), ["id", "f"])
-    batches = list(feed.step_batches(shard, sizes, seed=seed))
+    shard, _ = shards.spill(_batches(4, 10), str(tmp_path / "s.arrow"), ["id", "f"])
+    batches = list(shards.step_batches(shard, sizes, seed=seed))
     assert [len(b["id"]) for b in batches] == sizes
     ids = np.concatenate([b["id"] for b in batches])
     assert sorted(ids.tolist()) == list(range(40))
@@ -103,29 +103,29 @@ def test_step_batches_use_every_row_once_in_the_given_sizes(tmp_path, sizes, see
 
 
 def test_empty_steps_give_empty_batches_with_the_right_shape(tmp_path):
-    shard, _ = feed.spill(_batches(1, 2), str(tmp_path / "s.arrow"), ["id", "f"])
-    batches = list(feed.step_batches(shard, [1, 0, 1, 0]))
+    shard, _ = shards.spill(_batches(1, 2), str(tmp_path / "s.arrow"), ["id", "f"])
+    batches = list(shards.step_batches(shard, [1, 0, 1, 0]))
     assert [len(b["id"]) for b in batches] == [1, 0, 1, 0]
     assert batches[1]["f"].shape == (0, 3)
 
 
 def test_empty_partition_spills_a_readable_empty_shard(tmp_path):
-    shard, _ = feed.spill(iter([]), str(tmp_path / "s.arrow"), ["id"])
+    shard, _ = shards.spill(iter([]), str(tmp_path / "s.arrow"), ["id"])
     assert shard.num_rows == 0
-    assert [len(b["id"]) for b in feed.step_batches(shard, [0, 0])] == [0, 0]
+    assert [len(b["id"]) for b in shards.step_batches(shard, [0, 0])] == [0, 0]
 
 
 @pytest.mark.parametrize("rows,batch", [(1000, 64), (600, 600), (7, 3), (64, 64), (65, 64)])
 def test_one_worker_steps_are_keras_batches(rows, batch):
     """Keras's fit: full batches of batch_size, then the remainder."""
     expected = [batch] * (rows // batch) + ([rows % batch] if rows % batch else [])
-    assert feed.step_rows([rows], batch).tolist() == [expected]
+    assert shards.step_rows([rows], batch).tolist() == [expected]
 
 
 @pytest.mark.parametrize("all_rows,batch", [([500, 100], 600), ([1000, 100], 64),
                                             ([3, 997], 32), ([0, 50, 7], 8), ([9, 1], 2)])
 def test_workers_share_each_step_in_proportion_and_use_every_row_once(all_rows, batch):
-    plan = feed.step_rows(all_rows, batch)
+    plan = shards.step_rows(all_rows, batch)
     total = sum(all_rows)
     assert plan.shape == (len(all_rows), -(-total // batch))
     assert plan.sum(axis=1).tolist() == list(all_rows)
@@ -155,23 +155,23 @@ def _plan_by_sorting(all_rows, batch):
 def test_the_step_plan_is_the_documented_order_cut_into_global_batches(all_rows, batch):
     if not sum(all_rows):
         return
-    np.testing.assert_array_equal(feed.step_rows(all_rows, batch),
+    np.testing.assert_array_equal(shards.step_rows(all_rows, batch),
                                   _plan_by_sorting(all_rows, batch))
 
 
 def test_no_step_of_the_plan_is_empty_over_all_workers():
     """Two workers of one row each at batch 1: Keras takes two steps of one row."""
-    assert feed.step_rows([1, 1], 1).tolist() == [[1, 0], [0, 1]]
+    assert shards.step_rows([1, 1], 1).tolist() == [[1, 0], [0, 1]]
 
 
 def test_a_step_without_rows_gets_a_stand_in_row(tmp_path):
-    shard, _ = feed.spill(_batches(1, 2), str(tmp_path / "s.arrow"), ["id", "f"])
-    batches = list(feed.step_batches(shard, [1, 0, 1, 0], stand_in=True))
+    shard, _ = shards.spill(_batches(1, 2), str(tmp_path / "s.arrow"), ["id", "f"])
+    batches = list(shards.step_batches(shard, [1, 0, 1, 0], stand_in=True))
     assert [len(b["id"]) for b in batches] == [1, 1, 1, 1]
     assert batches[1]["id"].tolist() == batches[0]["id"].tolist()  # the shard's first row
-    empty, _ = feed.spill(iter([]), str(tmp_path / "e.arrow"), ["id", "f"])
+    empty, _ = shards.spill(iter([]), str(tmp_path / "e.arrow"), ["id", "f"])
     infos = dict(zip(shard.columns, shard.infos))
-    zero = next(feed.step_batches(empty, [0], ["id", "f"], infos=infos, stand_in=True))
+    zero = next(shards.step_batches(empty, [0], ["id", "f"], infos=infos, stand_in=True))
     assert zero["f"].shape == (1, 3) and not zero["f"].any() and zero["id"].tolist() == [0]
 
 
@@ -181,10 +181,10 @@ def test_split_column_sends_flagged_rows_to_a_second_shard(tmp_path):
             ids = b.column(0).to_numpy()
             yield b.append_column("val", pa.array(ids % 5 == 0))
 
-    train, val = feed.spill(batches(), str(tmp_path / "s.arrow"), ["id", "f"],
+    train, val = shards.spill(batches(), str(tmp_path / "s.arrow"), ["id", "f"],
                             split_column="val")
     assert (train.num_rows, val.num_rows) == (16, 4)
-    val_ids = np.concatenate([c["id"] for c in feed.read_chunks(val)])
+    val_ids = np.concatenate([c["id"] for c in shards.read_chunks(val)])
     assert val_ids.tolist() == [0, 5, 10, 15]
     assert val.columns == ("id", "f")
 
@@ -192,19 +192,20 @@ def test_split_column_sends_flagged_rows_to_a_second_shard(tmp_path):
 FAULTS_PROBE = """
 import resource, sys, tempfile, time
 import numpy as np, pyarrow as pa
-from sparktf.runtime import arrival, feed, task
-from sparktf.runtime.context import TaskContext
+from sparktf.runtime.feed import arrival, shards
+from sparktf.runtime.process import task
+from sparktf.runtime.process.context import TaskContext
 
 rows, width = 10_000, 28
 x = np.random.default_rng(0).standard_normal((rows, width), dtype=np.float32)
 arr = pa.ListArray.from_arrays(pa.array(np.arange(0, rows * width + 1, width, np.int32)),
                                pa.array(x.ravel()))
 batches = [pa.RecordBatch.from_arrays([arr], names=["features"])] * 100
-shard, _ = feed.spill(batches, tempfile.mkdtemp() + "/shard.arrow", ("features",))
+shard, _ = shards.spill(batches, tempfile.mkdtemp() + "/shard.arrow", ("features",))
 ctx = TaskContext(jobName="worker", taskIndex=0, rank=0, clusterSpec={}, numWorkers=1,
                   share=arrival.Share(shard.num_rows, (shard.num_rows,), shard,
                                       feedSpec=task._merged_feed([task._describe(shard)])))
-keep = feed.keep_freed_memory
+keep = shards.keep_freed_memory
 
 def one_pass():
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -219,9 +220,9 @@ def steady(passes=5):
     one_pass()  # the heap grows to its working size once
     return sorted(one_pass() for _ in range(passes))[passes // 2]
 
-feed.keep_freed_memory = lambda: None  # TensorFlow's own setting: 128 KB
+shards.keep_freed_memory = lambda: None  # TensorFlow's own setting: 128 KB
 without = steady()
-feed.keep_freed_memory = keep
+shards.keep_freed_memory = keep
 with_ = steady()
 print(without[0], with_[0], f"{without[1]:.3f}", f"{with_[1]:.3f}")
 """
@@ -264,28 +265,28 @@ def test_a_reader_takes_each_batch_while_the_file_is_still_written(tmp_path):
 
     def write():
         try:
-            feed.spill(batches(), path, ("x",), on_batch=ends.put)
+            shards.spill(batches(), path, ("x",), on_batch=ends.put)
         finally:
             ends.put(None)
 
     writer = threading.Thread(target=write)
     writer.start()
     took = []
-    for batch in feed.stream_batches(path, iter(ends.get, None)):
+    for batch in shards.stream_batches(path, iter(ends.get, None)):
         took.append(batch.column(0).to_numpy()[0])
         if len(took) == 2:
             took_two.set()
     writer.join()
     assert held_back_until_read == [True]
     assert took == [0, 1, 2, 3, 4]
-    whole = feed.Shard(path, ("x",), 5000)
-    assert [c["x"][0] for c in feed.read_chunks(whole)] == took  # a complete file, too
+    whole = shards.Shard(path, ("x",), 5000)
+    assert [c["x"][0] for c in shards.read_chunks(whole)] == took  # a complete file, too
 
 
 def test_a_pending_share_tells_the_batch_ends_then_the_share():
     import threading
 
-    from sparktf.runtime import arrival
+    from sparktf.runtime.feed import arrival
 
     pending = arrival.Pending("/nowhere/shard.arrow", ("x",))
     ends = pending.ends()
@@ -316,6 +317,6 @@ def test_a_spill_cut_short_reports_the_rows_error_not_the_writers(tmp_path, monk
     def close_fails(self):
         raise OSError("the half-written shard cannot be closed")
 
-    monkeypatch.setattr(feed._ShardWriter, "close", close_fails)
+    monkeypatch.setattr(shards._ShardWriter, "close", close_fails)
     with pytest.raises(ValueError, match="cut short"):
-        feed.spill(rows(), str(tmp_path / "shard"), ["x"])
+        shards.spill(rows(), str(tmp_path / "shard"), ["x"])

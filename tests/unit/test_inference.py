@@ -5,40 +5,47 @@ import pyarrow as pa
 import pytest
 
 import sparktf
-from sparktf.runtime import inference
-from sparktf.runtime.inference import InputBinding, OutputBinding, ScoreSpec
+from sparktf.runtime.scoring import inference
+from sparktf.runtime.scoring.outputs import classify, output_arrays
+from sparktf.runtime.scoring.spec import (
+    InputBinding,
+    OutputBinding,
+    PredictionColumns,
+    ScoreSpec,
+    per_row_kind,
+)
 
 
 def test_regression_prediction_is_the_value():
-    pred, prob, raw = inference.classify(np.array([[1.5], [-2.0]]), "regression", False)
+    pred, prob, raw = classify(np.array([[1.5], [-2.0]]), "regression", False)
     np.testing.assert_array_equal(pred, [1.5, -2.0])
     assert prob is None and raw is None
 
 
 def test_multiclass_prediction_is_the_argmax_with_probability_vectors():
     out = np.array([[0.1, 0.7, 0.2], [0.5, 0.3, 0.2]])
-    pred, prob, raw = inference.classify(out, "multiclass", False)
+    pred, prob, raw = classify(out, "multiclass", False)
     np.testing.assert_array_equal(pred, [1.0, 0.0])
     np.testing.assert_allclose(prob, out)
 
 
 def test_multiclass_logits_become_softmax_probabilities():
-    pred, prob, raw = inference.classify(np.array([[0.0, np.log(3.0)]]), "multiclass", True)
+    pred, prob, raw = classify(np.array([[0.0, np.log(3.0)]]), "multiclass", True)
     np.testing.assert_allclose(prob, [[0.25, 0.75]])
     np.testing.assert_allclose(raw, [[0.0, np.log(3.0)]])
     assert pred.tolist() == [1.0]
 
 
 def test_binary_sigmoid_output_gives_two_class_vectors():
-    pred, prob, _ = inference.classify(np.array([[0.8], [0.1]]), "binary", False)
+    pred, prob, _ = classify(np.array([[0.8], [0.1]]), "binary", False)
     np.testing.assert_allclose(prob, [[0.2, 0.8], [0.9, 0.1]])
     np.testing.assert_array_equal(pred, [1.0, 0.0])
 
 
 def test_per_row_kind():
-    assert inference.per_row_kind(()) == "scalar"
-    assert inference.per_row_kind((1,)) == "scalar"
-    assert inference.per_row_kind((3,)) == "vector"
+    assert per_row_kind(()) == "scalar"
+    assert per_row_kind((1,)) == "scalar"
+    assert per_row_kind((3,)) == "vector"
 
 
 def test_outputs_are_null_where_inputs_were_null():
@@ -48,7 +55,7 @@ def test_outputs_are_null_where_inputs_were_null():
                               OutputBinding("v", "v", "vector", "float64")))
     valid = inference.valid_rows(batch, ["x"])
     assert valid.tolist() == [True, False, True]
-    names, arrays = inference.output_arrays(3, spec, {
+    names, arrays = output_arrays(3, spec, {
         "valid": valid, "values": {"y": np.array([10.0, 30.0]),
                                    "v": np.array([[1.0, 2.0], [3.0, 4.0]])}})
     out = dict(zip(names, arrays))
@@ -103,10 +110,10 @@ def test_a_batch_whose_rows_are_all_null_calls_no_model_and_scores_null():
 
     outputs = inference.run_model(no_model, spec, batch)
     assert outputs["valid"].tolist() == [False, False]
-    names, arrays = inference.output_arrays(2, spec, outputs)
+    names, arrays = output_arrays(2, spec, outputs)
     assert names == ["y"] and arrays[0].to_pylist() == [None, None]
     nested_empty = pa.array([], pa.list_(pa.list_(pa.float64())))
-    from sparktf.runtime import columns
+    from sparktf.runtime.feed import columns
     assert columns.chunk_values(nested_empty, "n").shape[0] == 0
 
 
@@ -117,7 +124,7 @@ def test_pandas_cells_become_what_spark_sends():
     from pyspark.ml.linalg import Vectors
 
     from sparktf.ml import tracking
-    from sparktf.runtime import columns
+    from sparktf.runtime.feed import columns
     frame = pd.DataFrame({
         "v": [Vectors.dense([1.0, 2.0, 3.0]), Vectors.sparse(3, [1], [5.0]), None, [0, 0, 7]],
         "a": [np.array([1.0, 2.0]), [3.0, 4.0], None, np.array([5.0, 6.0])],
@@ -160,7 +167,7 @@ def test_rows_of_open_length_are_scored_at_their_own_length_in_row_order():
                      outputs=(OutputBinding("score", "score", "scalar", "float32"),
                               OutputBinding("running", "running", "vector", "float32")))
     outputs = inference.run_model(_mean_and_running_sum(), spec, batch)
-    names, arrays = inference.output_arrays(len(a), spec, outputs)
+    names, arrays = output_arrays(len(a), spec, outputs)
     scored = dict(zip(names, (x.to_pylist() for x in arrays)))
     assert scored["score"] == [None if x is None else pytest.approx(np.mean(x) + len(y))
                                for x, y in zip(a, b)]
@@ -175,11 +182,11 @@ def test_a_per_token_output_has_no_single_prediction():
     spec = ScoreSpec("unused", "serving_default", 8,
                      (InputBinding("a", "a", (None,), "int64"),
                       InputBinding("b", "b", (None,), "float32")),
-                     prediction=inference.PredictionColumns("running", "multiclass", False,
+                     prediction=PredictionColumns("running", "multiclass", False,
                                                             "prediction", None, None))
     outputs = inference.run_model(_mean_and_running_sum(), spec, batch)
     with pytest.raises(sparktf.InvalidInputError, match="outputMapping=.*'running'"):
-        inference.output_arrays(2, spec, outputs)
+        output_arrays(2, spec, outputs)
 
 
 def test_pad_length_pads_open_lengths_and_refuses_a_longer_row():
@@ -190,3 +197,20 @@ def test_pad_length_pads_open_lengths_and_refuses_a_longer_row():
     with pytest.raises(sparktf.InvalidInputError, match="'seq' has a row of length 3, longer "
                        "than padLength=2.*padLength >= 3"):
         inference.model_input(column, binding, pad_length=2)
+
+
+def test_a_score_spec_pickled_under_its_old_module_still_loads():
+    """MLflow pyfunc models logged before the runtime's rooms hold
+    sparktf.runtime.inference.ScoreSpec (without padding or worker_tuning)."""
+    import pickle
+
+    import sparktf.ml.tracking  # noqa: F401 - what an MLflow load imports first
+    spec = ScoreSpec("m", "serving_default", 8, (InputBinding("x", "x", (1,), "float32"),))
+    old = pickle.dumps(spec, protocol=0).replace(b"sparktf.runtime.scoring.spec",
+                                                  b"sparktf.runtime.inference")
+    assert b"sparktf.runtime.inference" in old
+    loaded = pickle.loads(old)
+    assert loaded == spec
+    for name in ("padding", "worker_tuning"):  # an old pickle's state has neither
+        object.__delattr__(loaded, name)
+    assert loaded.padding == () and loaded.worker_tuning is True

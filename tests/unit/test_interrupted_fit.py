@@ -12,12 +12,12 @@ import threading
 
 import pytest
 
-from sparktf._driver import failures, launch
+from sparktf._driver import failures, supervision
 from sparktf.errors import SparkTFError
 
 
 class _Session:
-    """The session's job tags as ``launch._collect`` uses them, recorded."""
+    """The session's job tags as ``supervision.collect`` uses them, recorded."""
 
     def __init__(self):
         self.cancelled = threading.Event()
@@ -67,7 +67,7 @@ def test_ctrl_c_cancels_the_stage_and_raises_keyboard_interrupt(pyspark_handler)
     session = _Session()
     with pytest.raises(KeyboardInterrupt, match=r"TFEstimator.fit was interrupted \(Ctrl-C\); "
                                                 r"its barrier stage was cancelled"):
-        launch._collect(session, _Job(session), None, "TFEstimator.fit", "sparktf-tag")
+        supervision.collect(session, _Job(session), None, "TFEstimator.fit", "sparktf-tag")
     assert session.cancels == ["sparktf-tag"]  # this stage's jobs, not every job
     assert signal.getsignal(signal.SIGINT) is _pyspark_like_handler  # put back
 
@@ -76,13 +76,13 @@ def test_ctrl_c_as_the_stage_ends_on_its_own_still_stops_the_fit(pyspark_handler
     session = _Session()
     job = _Job(session, runs_s=0.0, rows=[{"rank": 0}])
     with pytest.raises(KeyboardInterrupt, match="interrupted"):
-        launch._collect(session, job, None, "sparktf.run", "sparktf-tag")
+        supervision.collect(session, job, None, "sparktf.run", "sparktf-tag")
 
 
 def test_a_second_ctrl_c_stops_waiting_for_the_cancellation(pyspark_handler):
     session = _Session()
     with pytest.raises(KeyboardInterrupt, match="Ctrl-C twice"):
-        launch._collect(session, _Job(session, presses=2), None, "sparktf.run", "t")
+        supervision.collect(session, _Job(session, presses=2), None, "sparktf.run", "t")
     assert signal.getsignal(signal.SIGINT) is _pyspark_like_handler
 
 
@@ -90,7 +90,7 @@ def test_a_fit_outside_the_main_thread_leaves_sigint_alone(pyspark_handler):
     session, out = _Session(), []
     job = _Job(session, presses=0, runs_s=0.0, rows=[{"rank": 0}])
     thread = threading.Thread(target=lambda: out.append(
-        launch._collect(session, job, None, "sparktf.run", "t")))
+        supervision.collect(session, job, None, "sparktf.run", "t")))
     thread.start()
     thread.join(10)
     assert out == [[{"rank": 0}]] and signal.getsignal(signal.SIGINT) is _pyspark_like_handler

@@ -4,7 +4,7 @@
 import numpy as np
 import pytest
 
-from sparktf.runtime.columns import ColumnInfo, FeedError
+from sparktf.runtime.feed.columns import ColumnInfo, FeedError
 from sparktf.runtime.training import bindings
 
 X = {"x": ColumnInfo("float32", (3,))}

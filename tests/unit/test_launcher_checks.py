@@ -7,7 +7,7 @@ import time
 import pytest
 
 import sparktf
-from sparktf._driver import checks, launch, pickling
+from sparktf._driver import checks, launch, pickling, supervision
 from sparktf._driver.resources import TaskResources
 from sparktf._protocol.client import EventClient
 from sparktf._protocol.server import EventServer
@@ -276,7 +276,7 @@ def test_the_tasks_second_exchange_is_its_own_round():
 
 
 def test_a_gather_falls_back_to_spark_for_all_when_a_task_never_connects(monkeypatch):
-    monkeypatch.setattr("sparktf._protocol.server.GATHER_GRACE_S", 0.5)
+    monkeypatch.setattr("sparktf._protocol.meeting.GATHER_GRACE_S", 0.5)
     with EventServer("127.0.0.1", lambda e: None, num_tasks=3) as server:
         with EventClient(server.address, server.secret, rank=0) as a, \
                 EventClient(server.address, server.secret, rank=1) as b:
@@ -355,18 +355,18 @@ def test_a_waiting_task_is_not_released_by_shutdown():
 def test_one_log_line_says_when_no_task_reaches_the_channel(monkeypatch, caplog):
     import logging
 
-    monkeypatch.setattr(launch, "CHANNEL_GRACE_S", 0.3)
+    monkeypatch.setattr(supervision, "CHANNEL_GRACE_S", 0.3)
     stage = launch.LaunchSpec(b"", 2, what="TFEstimator.fit")
     caplog.set_level(logging.WARNING, logger="sparktf")
     with EventServer("127.0.0.1", lambda e: None, num_tasks=2) as server:
-        with launch._reachability(server, stage) as watcher:
+        with supervision.reachability(server, stage) as watcher:
             watcher.join(10)
     lines = [r.getMessage() for r in caplog.records if "event channel" in r.getMessage()]
     assert len(lines) == 1 and "no task of TFEstimator.fit has reached" in lines[0]
     assert "spark.sparktf.channelHost" in lines[0]
     caplog.clear()
     with EventServer("127.0.0.1", lambda e: None, num_tasks=1) as server:
-        with launch._reachability(server, stage) as watcher:
+        with supervision.reachability(server, stage) as watcher:
             with EventClient(server.address, server.secret, rank=0):
                 watcher.join(10)
     assert not [r for r in caplog.records if "event channel" in r.getMessage()]

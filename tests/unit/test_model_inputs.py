@@ -4,8 +4,8 @@ and the graph pipeline the parameter-server workers run; inputs bound by name or
 import numpy as np
 import pytest
 
-from sparktf.runtime import columns, tensors
-from sparktf.runtime.columns import ColumnInfo, FeedError
+from sparktf.runtime.feed import columns, tensors
+from sparktf.runtime.feed.columns import ColumnInfo, FeedError
 from sparktf.runtime.training import bindings, parameter_servers
 from sparktf.runtime.training.bindings import InputBinding
 

@@ -7,7 +7,7 @@ import threading
 import types
 
 from sparktf._protocol.wire import DONE_LINE, EVENT_MARKER
-from sparktf.runtime.task_process import LOG_TAIL_LINES, TaskProcess
+from sparktf.runtime.process.task_process import LOG_TAIL_LINES, TaskProcess
 
 
 class _Events:

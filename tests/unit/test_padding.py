@@ -5,7 +5,7 @@ where it does not, some row scores differently padded (so the answer is not vacu
 import numpy as np
 import pytest
 
-from sparktf.runtime import padding
+from sparktf.runtime.scoring import padding
 
 
 def _model(name):

@@ -48,7 +48,7 @@ def test_a_helper_module_the_scripts_module_imports_travels_by_value(tmp_path, m
 
 def test_a_module_the_executors_cannot_import_is_named_with_the_ways_to_ship_it(
         tmp_path, monkeypatch):
-    from sparktf.runtime import child
+    from sparktf.runtime.process import child
 
     (tmp_path / "site_helpers.py").write_text("def f(args, ctx):\n    return args\n")
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -4,7 +4,7 @@ import math
 
 import pyarrow as pa
 
-from sparktf.runtime.row_checks import RowChecks, problem
+from sparktf.runtime.feed.row_checks import RowChecks, problem
 
 CHECKS = RowChecks(("features", "label", "w"), ("label",), "w")
 

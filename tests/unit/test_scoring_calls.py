@@ -12,8 +12,9 @@ import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sparktf.runtime import inference, scoring_calls
-from sparktf.runtime.inference import InputBinding, OutputBinding, ScoreSpec
+from sparktf.runtime.scoring import batching, inference
+from sparktf.runtime.scoring.outputs import output_arrays
+from sparktf.runtime.scoring.spec import InputBinding, OutputBinding, ScoreSpec
 
 FUZZ = os.environ.get("SPARKTF_FUZZ") == "1"
 
@@ -49,12 +50,12 @@ def _spec(batch_size: int, padding=()):
 
 def _score(rows_per_batch: list[list], spec: ScoreSpec, fn) -> tuple[list, list[int]]:
     """Each batch's scores as its output column, and the rows of each batch yielded."""
-    calls = scoring_calls.Calls(fn, spec, "/CPU:0")
+    calls = batching.Calls(fn, spec, "/CPU:0")
     scored, sizes = [], []
 
     def take():
         for n, valid, values in calls.done():
-            names, arrays = inference.output_arrays(n, spec, {"valid": valid,
+            names, arrays = output_arrays(n, spec, {"valid": valid,
                                                               "values": values})
             scored.extend(arrays[0].to_pylist())
             sizes.append(n)
@@ -110,7 +111,7 @@ def test_a_masked_input_is_padded_to_each_calls_longest_row_with_its_value():
 
 
 def test_held_rows_past_the_limit_are_called_at_once(monkeypatch):
-    monkeypatch.setattr(scoring_calls, "HOLD_BYTES", 20)  # a batch holds 24 bytes
+    monkeypatch.setattr(batching, "HOLD_BYTES", 20)  # a batch holds 24 bytes
     fn = Recorded()
     batches = [[[1], [1, 2]], [[1], [1, 2]]]
     scored, sizes = _score(batches, _spec(4096), fn)
@@ -142,7 +143,7 @@ def test_any_partition_scores_each_row_as_alone_in_at_most_a_call_per_length(
     assert sum(n for n, _ in fn.calls) == len(valid)
     assert all(n <= batch_size for n, _ in fn.calls)
     lengths = {len(r) for r in valid}
-    groups = len(set(scoring_calls.bounds(sorted(lengths)).tolist()) if masked
+    groups = len(set(batching.bounds(sorted(lengths)).tolist()) if masked
                  else lengths)
     assert len(fn.calls) <= len(valid) // batch_size + groups
     if not masked:
@@ -152,10 +153,10 @@ def test_any_partition_scores_each_row_as_alone_in_at_most_a_call_per_length(
 
 
 def test_masked_rows_are_grouped_by_bounds_a_third_apart():
-    assert scoring_calls.bounds(np.array([0, 1, 8, 9, 13, 33, 49, 64, 65, 1000])).tolist() == \
+    assert batching.bounds(np.array([0, 1, 8, 9, 13, 33, 49, 64, 65, 1000])).tolist() == \
         [8, 8, 8, 10, 16, 40, 64, 64, 80, 1024]
     lengths = np.arange(9, 5000)
-    assert (scoring_calls.bounds(lengths) < lengths * 4 / 3 + 1).all()
+    assert (batching.bounds(lengths) < lengths * 4 / 3 + 1).all()
     fn = Recorded(pad=0)
     batches = [[[1] * 3, [1] * 30, [1] * 7, [1] * 31]]
     scored, _ = _score(batches, _spec(4096, padding=(("x", 0),)), fn)

@@ -1,4 +1,4 @@
-"""Spare processes (sparktf.runtime.spare): a fork per task, bounded lives, no leftovers.
+"""Spare processes (sparktf.runtime.process.spare): a fork per task, bounded lives, no leftovers.
 
 Real processes and real TensorFlow imports; the Python worker is this test process.
 """
@@ -18,7 +18,7 @@ import pytest
 from sparktf._driver.launch import spare_idle_s
 from sparktf._protocol.wire import DONE_LINE
 from sparktf.errors import InvalidInputError
-from sparktf.runtime import spare
+from sparktf.runtime.process import spare
 from tests.conftest import spare_pids, wait_gone
 
 pytestmark = pytest.mark.timeout(300)
@@ -166,7 +166,7 @@ def test_a_forked_process_dies_with_its_task_and_a_spare_with_its_python_worker(
     then its Python worker goes and the spare goes too."""
     task = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
         import os, sys
-        from sparktf.runtime import spare
+        from sparktf.runtime.process import spare
         env = dict(os.environ, MARK="orphan")
         proc = spare.request(env, 300).process()
         print(proc.pid, spare._spare.proc.pid, flush=True)

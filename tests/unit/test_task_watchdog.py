@@ -5,9 +5,9 @@ import threading
 
 from sparktf._driver import pickling
 from sparktf._protocol.client import EventClient
-from sparktf.runtime.context import TaskContext
-from sparktf.runtime.task import TaskSpec
-from sparktf.runtime.task_process import TaskProcess
+from sparktf.runtime.process.context import TaskContext
+from sparktf.runtime.process.task import TaskSpec
+from sparktf.runtime.process.task_process import TaskProcess
 
 
 def beats_then_blocks(args, ctx):

@@ -29,7 +29,7 @@ def _counted(archive):
     return HOOK(archive) if HOOK else _real(archive)
 HOOK = None
 zipimport._read_directory = _counted
-from sparktf.runtime import zip_imports
+from sparktf.runtime.worker_tuning import zip_imports
 
 def write(path, modules):
     with zipfile.ZipFile(path, "w") as z:

@@ -11,7 +11,7 @@ own fit), ``checkpoint`` and ``summaries``, and never import one another.
 from __future__ import annotations
 
 from sparktf._protocol import heartbeats
-from sparktf.runtime import cluster
+from sparktf.runtime.process import cluster
 from sparktf.runtime.training import allreduce, evaluator, file_callbacks, parameter_servers
 from sparktf.runtime.training.spec import KERAS_FILE, SAVED_MODEL, TrainSpec
 

@@ -13,8 +13,8 @@ import dataclasses
 import math
 from typing import Sequence
 
-from sparktf.runtime import tensors
-from sparktf.runtime.columns import ColumnInfo, FeedError, Padded
+from sparktf.runtime.feed import tensors
+from sparktf.runtime.feed.columns import ColumnInfo, FeedError, Padded
 from sparktf.runtime.training import keras_steps
 
 

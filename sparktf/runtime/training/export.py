@@ -10,7 +10,9 @@ import re
 import tempfile
 
 from sparktf._protocol import heartbeats
-from sparktf.runtime import feed, inference, padding, storage
+from sparktf.runtime import storage
+from sparktf.runtime.feed import shards
+from sparktf.runtime.scoring import padding, saved_models
 from sparktf.runtime.training import bindings as binding
 from sparktf.runtime.training import keras_steps
 from sparktf.runtime.training.spec import (
@@ -26,7 +28,7 @@ def chief_result(model, spec: TrainSpec, ctx, history: dict,
                  bound: binding.Bindings) -> dict | None:
     """Exports the trained model; the chief's answer to the driver (None elsewhere)."""
     with heartbeats.Heartbeat(ctx).during("exporting", spec.epochs):
-        inputs = _named_specs(bound.x_template(feed.empty_batch(spec.columns, ctx.feedSpec)),
+        inputs = _named_specs(bound.x_template(shards.empty_batch(spec.columns, ctx.feedSpec)),
                               [b.name for b in bound.inputs])
         exported, signature_inputs = _export(model, spec, ctx, inputs)
     ctx.phase("exported")
@@ -72,12 +74,12 @@ def _export(model, spec: TrainSpec, ctx, inputs) -> tuple[str, dict[str, str]]:
             renamed = _export_saved_model(model, path, inputs)
         back = {signature: name for name, signature in renamed.items()}
         if back:  # so that a bare TFModel(modelPath) still feeds inputs by name
-            os.makedirs(os.path.dirname(os.path.join(path, inference.INPUT_NAMES)),
+            os.makedirs(os.path.dirname(os.path.join(path, saved_models.INPUT_NAMES)),
                         exist_ok=True)
-            with open(os.path.join(path, inference.INPUT_NAMES), "w") as f:
+            with open(os.path.join(path, saved_models.INPUT_NAMES), "w") as f:
                 json.dump(back, f)
         _keep_keras_model(model, spec, path, inputs)
-        names = list(inference.describe(path, "serving_default")[0])
+        names = list(saved_models.describe(path, "serving_default")[0])
         if not keras_steps.is_tf_keras(model):
             padding.write(path, _signature_padding(padding.masked_inputs(model), names, back))
         if ctx.isChief:

@@ -10,7 +10,7 @@ import time
 import numpy as np
 
 from sparktf._protocol import heartbeats
-from sparktf.runtime import feed
+from sparktf.runtime.feed import shards
 from sparktf.runtime.training import (
     best,
     checkpoint,
@@ -60,7 +60,7 @@ def check_labels(model, spec: TrainSpec, ctx) -> None:
     for shard in (ctx.shard, ctx.validationShard):
         if shard is None or not shard.num_rows:
             continue
-        for chunk in feed.read_chunks(shard, [spec.label_column]):
+        for chunk in shards.read_chunks(shard, [spec.label_column]):
             labels = chunk[spec.label_column]
             if not isinstance(labels, np.ndarray) or labels.ndim != 1 or not len(labels):
                 return  # array labels (of any length): nothing to index
@@ -221,7 +221,7 @@ class ValidationPass:
     """Keras's ``evaluate`` inside ``fit``: ``test_step`` over the validation rows, then
     the metrics over every worker, ``val_`` prefixed."""
 
-    def __init__(self, steps_fn, spec: TrainSpec, shard: feed.Shard, plan: StepPlan,
+    def __init__(self, steps_fn, spec: TrainSpec, shard: shards.Shard, plan: StepPlan,
                  callbacks, bound: binding.Bindings, infos: dict):
         self.steps_fn, self.spec, self.shard, self.plan = steps_fn, spec, shard, plan
         self.callbacks = callbacks
@@ -269,7 +269,7 @@ class Validator:
         self.steps = keras_steps.KerasSteps(tf.distribute.get_strategy(), model)
         self.callbacks = callback_list(spec.callbacks, model, spec.epochs, 1)
 
-    def __call__(self, shard: feed.Shard, progress=None) -> dict[str, float]:
+    def __call__(self, shard: shards.Shard, progress=None) -> dict[str, float]:
         """``val_loss`` and the compiled metrics (``val_`` prefixed) on ``shard``;
         ``progress(step)`` after each step."""
         plan = StepPlan.of([shard.num_rows], 0, self.spec.batch_size)

@@ -20,8 +20,9 @@ import collections
 import numpy as np
 
 from sparktf._protocol import heartbeats
-from sparktf.runtime import cluster, columns, feed, servers, tensors
-from sparktf.runtime.columns import ColumnInfo
+from sparktf.runtime.feed import columns, shards, tensors
+from sparktf.runtime.feed.columns import ColumnInfo
+from sparktf.runtime.process import cluster, servers
 from sparktf.runtime.training import export, keras_steps, loop
 from sparktf.runtime.training.spec import TrainSpec, class_weights, plan_steps
 
@@ -40,7 +41,7 @@ def train(spec: TrainSpec, ctx) -> dict | None:
     return _Chief(spec, ctx).run()
 
 
-def write_records(shard: feed.Shard | None, names: list[str], path: str,
+def write_records(shard: shards.Shard | None, names: list[str], path: str,
                   infos: dict) -> None:
     """The shard as TFRecords: one record per chunk, holding each column as a tensor;
     variable-length arrays padded to the longest row over every worker's rows."""
@@ -49,7 +50,7 @@ def write_records(shard: feed.Shard | None, names: list[str], path: str,
     with tf.io.TFRecordWriter(path) as writer:
         if shard is None or not shard.num_rows:
             return
-        for chunk in feed.read_chunks(shard, names):
+        for chunk in shards.read_chunks(shard, names):
             parts = [tf.io.serialize_tensor(_dense(chunk[n], infos[n])) for n in names]
             writer.write(tf.io.serialize_tensor(tf.stack(parts)).numpy())
 

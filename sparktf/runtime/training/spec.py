@@ -10,7 +10,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from sparktf.runtime import feed
+from sparktf.runtime.feed import shards
 from sparktf.runtime.training import keras_steps
 from sparktf.runtime.training.bindings import Bindings
 
@@ -64,15 +64,15 @@ class TrainSpec:
         return list(dict.fromkeys([*self.feature_columns, *self.label_columns,
                                    *([self.weight_column] if self.weight_column else [])]))
 
-    def batches(self, shard: feed.Shard, sizes, bindings: Bindings, epoch: int | None = None,
+    def batches(self, shard: shards.Shard, sizes, bindings: Bindings, epoch: int | None = None,
                 infos: dict | None = None, stand_in: bool = False):
         """``shard`` as step data for ``train_step``/``test_step``, one batch of each of
         ``sizes`` rows: in order, or with ``epoch`` and ``shuffle``, shuffled with that
         epoch's own seed; ``bindings`` make each batch the model's inputs and labels.
-        ``stand_in``: a step of no rows gets a stand-in row (``feed.stand_in_batch``)."""
+        ``stand_in``: a step of no rows gets a stand-in row (``shards.stand_in_batch``)."""
         seed = (None if epoch is None or not self.shuffle
                 else (self.seed * 1_000_003 + epoch) % (2 ** 63))
-        for batch in feed.step_batches(shard, sizes, self.columns, seed, infos, stand_in):
+        for batch in shards.step_batches(shard, sizes, self.columns, seed, infos, stand_in):
             yield self.step_data(batch, bindings)
 
     def step_data(self, batch: dict, bindings: Bindings) -> tuple:
@@ -89,7 +89,7 @@ class TrainSpec:
         """A zero-row batch with the columns' shapes and dtypes (``ctx.feedSpec``): what
         builds the model's variables before any row is read. Its inputs and labels are
         symbolic: unknown where the model declares a dimension unknown or rows vary."""
-        batch = feed.empty_batch(self.columns, feed_spec)
+        batch = shards.empty_batch(self.columns, feed_spec)
         return (bindings.x_template(batch), bindings.y_template(batch),
                 *self.step_data(batch, bindings)[2:])
 
@@ -112,12 +112,12 @@ def class_weights(labels: np.ndarray, class_weight: dict) -> np.ndarray:
 class StepPlan:
     """One pass over rows spread over workers: how many each feeds at every step."""
 
-    rows: np.ndarray  # [workers, steps], from feed.step_rows
+    rows: np.ndarray  # [workers, steps], from shards.step_rows
     rank: int
 
     @classmethod
     def of(cls, all_rows: Sequence[int], rank: int, global_batch: int) -> "StepPlan":
-        return cls(feed.step_rows(all_rows, global_batch), rank)
+        return cls(shards.step_rows(all_rows, global_batch), rank)
 
     @property
     def steps(self) -> int:

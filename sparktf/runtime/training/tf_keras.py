@@ -15,7 +15,7 @@ import numpy as np
 
 from sparktf._protocol import heartbeats
 from sparktf.errors import InvalidInputError
-from sparktf.runtime import feed
+from sparktf.runtime.feed import shards
 from sparktf.runtime.training import checkpoint, summaries
 
 
@@ -25,7 +25,7 @@ def _dataset(strategy, shard, sizes, spec, bound, infos, shuffle: bool):
     import tensorflow as tf
 
     def epoch_batches():
-        feed.keep_freed_memory()
+        shards.keep_freed_memory()
         for epoch in itertools.count():
             yield from spec.batches(shard, sizes, bound, epoch if shuffle else None, infos)
 

@@ -28,7 +28,7 @@ def inference_probe(batches):
     import pandas as pd
     from pyspark import TaskContext
 
-    from sparktf.runtime import inference
+    from sparktf.runtime.scoring import inference
     for _ in batches:
         pass
     before = os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>")

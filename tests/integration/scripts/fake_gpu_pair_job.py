@@ -29,7 +29,7 @@ def scoring_probe(batches):
     import pandas as pd
     from pyspark import TaskContext
 
-    from sparktf.runtime import inference
+    from sparktf.runtime.scoring import inference
     for _ in batches:
         pass
     if inference.start_tensorflow() is not None:  # TensorFlow started in this task

@@ -31,9 +31,11 @@ import pyarrow as pa
 
 from sparktf._protocol.client import EventClient, JobEnded
 from sparktf.errors import TaskFailedError
-from sparktf.runtime import arrival, cluster, columns, feed, gpu, row_checks, storage, zip_imports
-from sparktf.runtime.context import TaskContext
-from sparktf.runtime.task_process import TaskProcess
+from sparktf.runtime import gpu, storage, worker_tuning
+from sparktf.runtime.feed import arrival, columns, row_checks, shards
+from sparktf.runtime.process import cluster
+from sparktf.runtime.process.context import TaskContext
+from sparktf.runtime.process.task_process import TaskProcess
 
 RESULT_SCHEMA = pa.schema([("rank", pa.int32()), ("result", pa.binary())])
 PORT_CONFLICT_PREFIX = "sparktf-port-conflict: "
@@ -55,6 +57,7 @@ class TaskSpec:
     stall_timeout: float | None = None  # watched here when the driver cannot be reached
     spare_idle_s: float = 0.0  # keep a spare process this long between tasks (0: none)
     row_checks: row_checks.RowChecks | None = None  # refuse bad rows before training
+    worker_tuning: bool = True  # spark.sparktf.workerTuning (runtime.worker_tuning)
 
     @property
     def roles(self) -> list[cluster.Role]:
@@ -65,7 +68,8 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     """The ``mapInArrow`` function of the barrier stage."""
     from pyspark import BarrierTaskContext
 
-    zip_imports.make_lazy()  # ~0.2 s of CPU less for each later task of this worker
+    worker_tuning.configure(spec.worker_tuning)
+    worker_tuning.lazy_zip_imports()  # ~0.2 s of CPU less for each later task of this worker
     barrier = BarrierTaskContext.get()
     rank = barrier.partitionId()
     _reset_peak_rss()
@@ -147,11 +151,11 @@ class _Intake:
 
     def _spill(self, spec: TaskSpec, batches, on_batch) -> None:
         try:
-            self.shard, self.held_out = feed.spill(batches, self.path, spec.columns,
+            self.shard, self.held_out = shards.spill(batches, self.path, spec.columns,
                                                    spec.split_column, on_batch)
         except Exception as e:  # bad data: reported once the rows are in
             self.unusable = (f"{type(e).__name__}: {e}", traceback.format_exc(),
-                             isinstance(e, feed.FeedError))
+                             isinstance(e, shards.FeedError))
             # a null the checks name may be what the feed choked on: count the rest
             collections.deque(batches, maxlen=0)
 
@@ -281,11 +285,11 @@ def _parquet_share(spec: TaskSpec, rank: int) -> Iterator[pa.RecordBatch]:
     plan = cluster.layout(spec.roles, spec.split_column is not None)
     separate = plan.validation_rank is not None
     if rank in plan.training_ranks:
-        return feed.parquet_batches(spec.parquet_uri, plan.training_ranks.index(rank),
+        return shards.parquet_batches(spec.parquet_uri, plan.training_ranks.index(rank),
                                     len(plan.training_ranks),
                                     only=(spec.split_column, False) if separate else None)
     if rank == plan.validation_rank:
-        return feed.parquet_batches(spec.parquet_uri, 0, 1, only=(spec.split_column, True))
+        return shards.parquet_batches(spec.parquet_uri, 0, 1, only=(spec.split_column, True))
     return iter(())
 
 

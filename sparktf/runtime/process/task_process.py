@@ -2,7 +2,7 @@
 Python worker's spare, or started with its own TensorFlow import), its payload, the relay
 of its output to the driver, the watchdogs around it, and what it reported.
 
-``spec`` below is the task's ``sparktf.runtime.task.TaskSpec``.
+``spec`` below is the task's ``sparktf.runtime.process.task.TaskSpec``.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ import cloudpickle
 
 from sparktf._protocol import watchdog
 from sparktf._protocol.wire import CHANNEL_ENV, DONE_LINE, EVENT_MARKER
-from sparktf.runtime import spare
-from sparktf.runtime.context import TaskContext
+from sparktf.runtime import worker_tuning
+from sparktf.runtime.process import spare
+from sparktf.runtime.process.context import TaskContext
 
 LOG_TAIL_LINES = 40
 # TensorFlow's gRPC channels wait about 1 s before retrying a peer whose server is not up
@@ -59,6 +60,8 @@ def child_env(spec, devices: str, cpus: int) -> dict[str, str]:
     env = dict(os.environ)
     env.update({"CUDA_VISIBLE_DEVICES": devices, "TF_FORCE_GPU_ALLOW_GROWTH": "true",
                 "PYTHONUNBUFFERED": "1"})
+    env.pop(worker_tuning.ENV, None)
+    env.update(worker_tuning.env(getattr(spec, "worker_tuning", True)))
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     env.setdefault("TF_GRPC_DEFAULT_OPTIONS", GRPC_OPTIONS)
     # TensorFlow sizes its thread pools to the machine; tasks sharing a host would

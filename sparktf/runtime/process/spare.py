@@ -9,13 +9,13 @@ never runs user code, never starts a TensorFlow server, and is never shared betw
 two tasks' processes.
 
 Protocol (a ``SOCK_SEQPACKET`` socket pair; the spare is ``python -m
-sparktf.runtime.child --spare FD IDLE_S``):
+sparktf.runtime.process.child --spare FD IDLE_S``):
 
 - request: the task's own values of ``PER_TASK`` (JSON) with the task's pidfd and the
   child's ends of two pipes (its stdin and its stdout/stderr), passed with
   ``SCM_RIGHTS``;
 - answer: the new process's pid, as text. The forked process then follows the
-  same protocol as a freshly started one (``sparktf.runtime.child``) and kills
+  same protocol as a freshly started one (``sparktf.runtime.process.child``) and kills
   itself when the task's process ends.
 
 A spare serves every task whose environment equals its own but for ``PER_TASK``: the
@@ -70,7 +70,7 @@ def set_name(name: bytes) -> None:
 
 def spawn(env: dict[str, str], cwd: str) -> subprocess.Popen:
     """A fresh task process (no spare): imports TensorFlow itself."""
-    return subprocess.Popen([sys.executable, "-m", "sparktf.runtime.child"],
+    return subprocess.Popen([sys.executable, "-m", "sparktf.runtime.process.child"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, env=env, cwd=cwd,
                             preexec_fn=die_with_parent, text=True, errors="replace")
@@ -131,7 +131,7 @@ class _Spare:
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "sparktf.runtime.child", SPARE_FLAG,
+                [sys.executable, "-m", "sparktf.runtime.process.child", SPARE_FLAG,
                  str(theirs.fileno()), f"{idle_s:g}"],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=env,
                 pass_fds=(theirs.fileno(),), preexec_fn=die_with_parent)

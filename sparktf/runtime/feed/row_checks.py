@@ -18,7 +18,7 @@ from typing import Iterable, Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sparktf.runtime import columns
+from sparktf.runtime.feed import columns
 
 
 @dataclasses.dataclass(frozen=True)

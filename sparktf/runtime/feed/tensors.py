@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from sparktf.runtime.columns import ColumnInfo, FeedError, Padded, widen
+from sparktf.runtime.feed.columns import ColumnInfo, FeedError, Padded, widen
 
 
 def is_string_dtype(dtype) -> bool:

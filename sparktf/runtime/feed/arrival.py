@@ -1,7 +1,7 @@
 """A task's rows while they arrive: what ``main_fn`` may read before the partition is in.
 
 The task starts ``main_fn`` as soon as the tasks have exchanged their addresses, while
-its intake still writes the partition to the shard file (``sparktf.runtime.task``). Until
+its intake still writes the partition to the shard file (``sparktf.runtime.process.task``). Until
 then ``ctx`` holds a ``Pending`` share: ``ctx.dataset()`` can stream the record batches
 already written, and what needs every row (``ctx.numRows``, ``allNumRows``, ``feedSpec``,
 the shards) waits for the ``Share``, which the task sends once every task's rows are in.
@@ -20,8 +20,8 @@ import sys
 import threading
 from typing import Iterator
 
-from sparktf.runtime import columns
-from sparktf.runtime.feed import Shard
+from sparktf.runtime.feed import columns
+from sparktf.runtime.feed.shards import Shard
 
 
 @dataclasses.dataclass(frozen=True)

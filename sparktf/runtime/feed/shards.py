@@ -20,9 +20,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 
-from sparktf.runtime import columns as kinds
 from sparktf.runtime import storage
-from sparktf.runtime.columns import ColumnInfo, FeedError
+from sparktf.runtime.feed import columns as kinds
+from sparktf.runtime.feed.columns import ColumnInfo, FeedError
 
 __all__ = ["FeedError", "Shard", "spill", "read_chunks", "step_batches", "step_rows",
            "keep_freed_memory"]

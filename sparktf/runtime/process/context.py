@@ -11,8 +11,9 @@ import sys
 from typing import Any, Sequence
 
 from sparktf._protocol.wire import phase, write_event
-from sparktf.runtime import arrival, columns, feed, servers
-from sparktf.runtime.columns import ColumnInfo
+from sparktf.runtime.feed import arrival, columns, shards
+from sparktf.runtime.feed.columns import ColumnInfo
+from sparktf.runtime.process import servers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,26 +138,26 @@ class TaskContext:
 
         if not any(i is not None and (i.varies or i.is_text) for i in infos.values()):
             # numbers only: whole chunks into TensorFlow, re-batched there
-            template = feed.empty_batch(names, infos)
+            template = shards.empty_batch(names, infos)
             signature = {n: tf.TensorSpec((None,) + a.shape[1:], tf.as_dtype(a.dtype))
                          for n, a in template.items()}
             streamed = []  # the pass that streamed, once begun
 
             def chunks():
-                feed.keep_freed_memory()
+                shards.keep_freed_memory()
                 if first and not streamed:
                     streamed.append(True)
                     yield from _streamed_chunks(self, pending, names, infos)
                     return
-                yield from feed.shuffled_chunks(self.shard, names, pass_seed())
+                yield from shards.shuffled_chunks(self.shard, names, pass_seed())
 
             ds = tf.data.Dataset.from_generator(chunks, output_signature=signature)
             return ds.rebatch(batch_size).prefetch(tf.data.AUTOTUNE)
 
         def batches():
-            feed.keep_freed_memory()
+            shards.keep_freed_memory()
             shard = self.shard
-            for batch in feed.step_batches(shard, feed.batch_sizes(shard.num_rows, batch_size),
+            for batch in shards.step_batches(shard, shards.batch_sizes(shard.num_rows, batch_size),
                                            names, pass_seed(), infos):
                 yield {n: _tensor(batch[n], infos[n]) for n in names}
 
@@ -198,7 +199,7 @@ def _streamable(pending: arrival.Pending, names: list[str]):
     None otherwise (every row in before the first batch, text, lengths that vary)."""
     if next(pending.ends(), None) is None or pending.settled:
         return None
-    first = next(feed.stream_batches(pending.path, pending.ends()))
+    first = next(shards.stream_batches(pending.path, pending.ends()))
     infos = {n: columns.describe(first.column(n)) for n in names}
     if any(i.varies or i.is_text for i in infos.values()):
         return None
@@ -209,17 +210,17 @@ def _streamed_chunks(ctx: TaskContext, pending: arrival.Pending, names: list[str
                      infos: dict):
     """The first pass while the rows arrive: each record batch as soon as it is in, checked
     against the shape the pass began with, then against every task's rows."""
-    for batch in feed.stream_batches(pending.path, pending.ends()):
+    for batch in shards.stream_batches(pending.path, pending.ends()):
         for n in names:
             seen = columns.describe(batch.column(n))
             if (seen.dtype, seen.shape) != (infos[n].dtype, infos[n].shape):
-                raise feed.FeedError(_began_as(n, infos[n], seen))
-        yield feed.batch_values(batch, names)
+                raise shards.FeedError(_began_as(n, infos[n], seen))
+        yield shards.batch_values(batch, names)
     for n in names:  # every task's rows are in: they must match what was fed
         merged = ctx.feedSpec.get(n)
         if merged is not None and (merged.dtype, merged.shape) != (infos[n].dtype,
                                                                    infos[n].shape):
-            raise feed.FeedError(_began_as(n, infos[n], merged))
+            raise shards.FeedError(_began_as(n, infos[n], merged))
 
 
 def _began_as(name: str, began: ColumnInfo, other: ColumnInfo) -> str:

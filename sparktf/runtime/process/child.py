@@ -3,11 +3,11 @@
 A fresh process per task, because a TensorFlow gRPC server cannot be stopped
 inside a process: running in Spark's reused Python worker would leave servers
 and ports behind after every job. The process is either started for the task
-(``python -m sparktf.runtime.child``) or forked by the Python worker's spare
-(``python -m sparktf.runtime.child --spare FD IDLE_S``, see ``spare``), which has
+(``python -m sparktf.runtime.process.child``) or forked by the Python worker's spare
+(``python -m sparktf.runtime.process.child --spare FD IDLE_S``, see ``spare``), which has
 imported TensorFlow already.
 
-Protocol with the parent task (``sparktf.runtime.task``):
+Protocol with the parent task (``sparktf.runtime.process.task``):
 
 1. import TensorFlow at once, while the parent is still receiving the data;
 2. read one line from stdin, JSON ``{"payload", "result", "cwd"}``: the path of
@@ -24,7 +24,6 @@ Protocol with the parent task (``sparktf.runtime.task``):
 from __future__ import annotations
 
 import faulthandler
-import gc
 import json
 import os
 import resource
@@ -35,7 +34,9 @@ import cloudpickle
 
 from sparktf._protocol.wire import DONE_LINE, phase
 from sparktf.errors import InvalidInputError
-from sparktf.runtime import arrival, deferred_imports, spare
+from sparktf.runtime import worker_tuning
+from sparktf.runtime.feed import arrival
+from sparktf.runtime.process import spare
 
 
 def _preimport() -> None:
@@ -43,11 +44,11 @@ def _preimport() -> None:
     serves every fork of a spare. Keras's optional scikit-learn and matplotlib helpers
     load at their first use (``deferred_imports``): a quarter of the import, which a task
     process does not pay again either (tracing a step leaves them unloaded)."""
-    deferred_imports.import_keras()
+    worker_tuning.import_keras()
     # Out of the cyclic collector from now on (they live as long as the process): its
     # collections during training skip them, and a spare's forks do not copy the pages
     # the collector would write to.
-    gc.freeze()
+    worker_tuning.freeze_collector()
 
 
 def _run(payload_path: str) -> tuple[str, object]:

@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sparktf.runtime import length_groups
+from sparktf.runtime.scoring import length_groups
 
 HOLD_BYTES = 64 << 20  # the inputs held in groups before every group is called
 

@@ -1,0 +1,118 @@
+"""Scoring token arrays of many lengths (an input of length None): sparktf's default against
+``TFModel(padLength=<longest>)`` on the same data and session, warm workers.
+
+The default scores each row exactly as the row alone: a model that masks its padding
+(found from its graph at export) is padded, rows grouped by length bounds; an unmasked one
+is called once per distinct length per partition. ``padLength`` pads every row to the
+longest, one call per batch: the baseline. Printed: rows/s of each, their ratio (target
+>= 1.0 for the unmasked pooling model and the masked GRU), and the unmasked GRU's ratio
+and model calls per 1,000 rows.
+
+    .venv/bin/python bench/lengths_bench.py [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench import common  # noqa: E402
+
+VOCAB, WIDTH = 1000, 16
+CASES = ((200, 20_000), (1000, 8_000))  # (longest length, rows)
+
+
+def _export(kind: str, path: str) -> None:
+    """One of the three models, exported as fit exports it (its padding written where the
+    model masks it)."""
+    import keras
+
+    from sparktf.runtime.scoring import padding, saved_models
+    from sparktf.runtime.training import export
+
+    keras.utils.set_random_seed(0)
+    tokens = keras.Input((None,), dtype="int32", name="tokens")
+    x = keras.layers.Embedding(VOCAB, WIDTH, mask_zero=kind == "masked GRU")(tokens)
+    x = keras.layers.GlobalAveragePooling1D()(x) if kind == "pooling" else \
+        keras.layers.GRU(WIDTH)(x)
+    model = keras.Model(tokens, keras.layers.Dense(1)(x))
+    model.export(path, verbose=False)
+    names = list(saved_models.describe(path, "serving_default")[0])
+    padding.write(path, export._signature_padding(padding.masked_inputs(model), names, {}))
+
+
+def _frame(spark, longest: int, rows: int):
+    from pyspark.sql import functions as F
+
+    length = (F.abs(F.hash("id", F.lit(longest))) % longest + 1).cast("int")
+    tokens = F.transform(F.sequence(F.lit(1), length),
+                         lambda i: (F.abs(F.hash("id", i)) % (VOCAB - 1) + 1).cast("int"))
+    df = spark.range(0, rows, 1, 2).select(tokens.alias("tokens")).cache()
+    assert df.count() == rows
+    return df
+
+
+def _rate(model, df, rows: int, rounds: int) -> tuple[float, int | None]:
+    """Warm rows/s (the median of ``rounds``, after a cold run) and the model calls made."""
+    from pyspark.sql import functions as F
+
+    scored = model.transform(df).agg(F.count("prediction"), F.sum("prediction"))
+    assert scored.collect()[0][0] == rows  # cold: loads the model in each Python worker
+    rates = []
+    for _ in range(rounds):
+        out, seconds = common.timed(scored.collect)
+        assert out[0][0] == rows
+        rates.append(rows / seconds)
+    counts = getattr(model, "_call_counts", None)
+    calls = counts.value[0] // (1 + rounds) if counts is not None else None
+    return sorted(rates)[len(rates) // 2], calls
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=3, help="warm rounds (median reported)")
+    args = parser.parse_args()
+
+    from sparktf.ml import TFModel
+
+    folder = tempfile.mkdtemp(prefix="sparktf-lengths-")
+    kinds = ("pooling", "masked GRU", "unmasked GRU")
+    for kind in kinds:
+        _export(kind, os.path.join(folder, kind.replace(" ", "_")))
+    spark = common.session()
+    results = []
+    try:
+        for longest, rows in CASES:
+            df = _frame(spark, longest, rows)
+            for kind in kinds:
+                path = os.path.join(folder, kind.replace(" ", "_"))
+                rounds = 1 if kind == "unmasked GRU" else args.rounds
+                default = TFModel(modelPath=path, inputMapping={"tokens": "tokens"})
+                padded = TFModel(modelPath=path, inputMapping={"tokens": "tokens"},
+                                 padLength=longest)
+                ours, calls = _rate(default, df, rows, rounds)
+                base, _ = _rate(padded, df, rows, rounds)
+                results.append((kind, longest, rows, ours, base, calls))
+                print(f"measured {kind}, lengths 1..{longest}: default {ours:,.0f} rows/s, "
+                      f"padLength {base:,.0f} rows/s", flush=True)
+            df.unpersist()
+    finally:
+        spark.stop()
+
+    print("\nscoring token arrays of lengths 1..n (2 partitions, batchSize 4096), warm rows/s")
+    print(f"  {'model':14}{'lengths':>10}{'rows':>8}{'default':>10}{'padLength':>11}"
+          f"{'ratio':>8}  calls per 1,000 rows (default)")
+    for kind, longest, rows, ours, base, calls in results:
+        target = "" if kind == "unmasked GRU" else "  (target >= 1.0)"
+        per = f"{calls * 1000 / rows:,.1f}" if calls is not None else "-"
+        print(f"  {kind:14}{f'1..{longest}':>10}{rows:>8,}{ours:10,.0f}{base:11,.0f}"
+              f"{ours / base:7.2f}x  {per:>6}{target}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
