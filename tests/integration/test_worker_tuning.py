@@ -20,15 +20,17 @@ def test_with_worker_tuning_off_a_fit_and_a_transform_give_the_same_numbers(spar
     off = JOB.finished().results()["off"]
     print("on: ", {k: on[k] for k in ("python_workers", "task_processes")})
     print("off:", {k: off[k] for k in ("python_workers", "task_processes")})
-    # the probes see Python workers that scored (reused after the transform) ...
-    assert any(w["ran_scoring"] for w in on["python_workers"])
-    assert any(w["ran_scoring"] for w in off["python_workers"])
+    # the probes see Python workers that ran sparktf's tasks (reused after the transform)
+    assert any(w["ran_sparktf"] for w in on["python_workers"])
+    assert any(w["ran_sparktf"] for w in off["python_workers"])
     # ... and are not vacuous: on, every process that ran sparktf shows the changes
     assert all(w["lazy_zip"] for w in on["python_workers"] if w["ran_sparktf"])
-    assert all(w["frozen"] > 0 for w in on["python_workers"] if w["ran_scoring"])
+    assert all(w["frozen"] > 0 and w["keras_wrappers_deferred"]
+               for w in on["python_workers"] if w["ran_scoring"])
     assert all(p["frozen"] > 0 and p["keras_wrappers_deferred"] for p in on["task_processes"])
     # off, none does
-    assert not any(w["lazy_zip"] or w["frozen"] for w in off["python_workers"])
+    assert not any(w["lazy_zip"] or w["frozen"] or w["keras_wrappers_deferred"]
+                   for w in off["python_workers"])
     assert not any(p["frozen"] or p["keras_wrappers_deferred"] for p in off["task_processes"])
     for key in ("weights", "loss", "predictions"):
         gap = np.abs(np.array(on[key]) - np.array(off[key])).max()

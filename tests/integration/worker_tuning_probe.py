@@ -27,9 +27,19 @@ def in_task_process(args, ctx):
 
 def fit_and_score(spark) -> dict:
     """The numbers a fit and a transform give, and what the processes show."""
+    import json
+    import sys
+
+    from pyspark import cloudpickle
+
     import sparktf
+    from sparktf._driver import checks, sessions
     from sparktf.ml import TFEstimator
     from tests.integration import data, models
+
+    # the probe reaches the executors by value, as sparktf ships a modelFn (Spark's own
+    # pickling names a function's module, which the executors cannot import)
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
     X, y = data.linear_rows(400)
     df = spark.createDataFrame(data.rows(X, y), "features array<double>, label double")
@@ -37,7 +47,18 @@ def fit_and_score(spark) -> dict:
                         learningRate=0.1, seed=1).fit(df)
     kernel, bias = model.getKerasModel().get_weights()
     scored = model.transform(df.repartition(2)).select("prediction").collect()
-    workers = (df.repartition(2).rdd.mapPartitions(lambda _: [changes_here()]).collect())
+    # in the Python workers sparktf's own jobs use (the driver's interpreter, as theirs)
+    def probe(batches):
+        import json
+
+        import pyarrow as pa
+        for _ in batches:
+            pass
+        yield pa.RecordBatch.from_pydict({"found": [json.dumps(changes_here())]})
+
+    with checks.executor_python(sessions.Session(spark)):
+        workers = [json.loads(r.found) for r in
+                   df.repartition(2).mapInArrow(probe, "found string").collect()]
     processes = sparktf.run(spark, in_task_process, numWorkers=2)
     return {"weights": kernel[:, 0].tolist() + [float(bias[0])],
             "loss": model.getHistory()["loss"],
