@@ -8,7 +8,7 @@ longest, one call per batch: the baseline. Printed: rows/s of each, their ratio 
 >= 1.0 for the unmasked pooling model and the masked GRU), and the unmasked GRU's ratio
 and model calls per 1,000 rows.
 
-    .venv/bin/python bench/lengths_bench.py [--rounds 3]
+    .venv/bin/python bench/lengths_bench.py [--rounds 5]
 """
 
 from __future__ import annotations
@@ -56,25 +56,31 @@ def _frame(spark, longest: int, rows: int):
     return df
 
 
-def _rate(model, df, rows: int, rounds: int) -> tuple[float, int | None]:
-    """Warm rows/s (the median of ``rounds``, after a cold run) and the model calls made."""
+def _compare(default, padded, df, rows: int, rounds: int) -> tuple[float, float, int]:
+    """Warm rows/s of ``default`` and ``padded`` (medians of ``rounds`` each, taken in
+    turn after a cold run of both, so that neither meets a warmer JVM than the other), and
+    the model calls one run of ``default`` makes. Each run is a query of its own:
+    collecting one aggregate twice would reuse its first run's shuffle and score nothing."""
     from pyspark.sql import functions as F
 
-    scored = model.transform(df).agg(F.count("prediction"), F.sum("prediction"))
-    assert scored.collect()[0][0] == rows  # cold: loads the model in each Python worker
-    rates = []
-    for _ in range(rounds):
-        out, seconds = common.timed(scored.collect)
+    def run(model):
+        out = model.transform(df).agg(F.count("prediction"), F.sum("prediction")).collect()
         assert out[0][0] == rows
-        rates.append(rows / seconds)
-    counts = getattr(model, "_call_counts", None)
-    calls = counts.value[0] // (1 + rounds) if counts is not None else None
-    return sorted(rates)[len(rates) // 2], calls
+
+    run(default)  # cold: loads the model in each Python worker
+    run(padded)
+    rates: dict = {"default": [], "padded": []}
+    for _ in range(rounds):
+        for name, model in (("default", default), ("padded", padded)):
+            rates[name].append(rows / common.timed(run, model)[1])
+    counts = getattr(default, "_call_counts", None)  # its last run's
+    median = {k: sorted(v)[len(v) // 2] for k, v in rates.items()}
+    return median["default"], median["padded"], counts.value[0] if counts else None
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=3, help="warm rounds (median reported)")
+    parser.add_argument("--rounds", type=int, default=5, help="warm rounds (median reported)")
     args = parser.parse_args()
 
     from sparktf.ml import TFModel
@@ -94,8 +100,7 @@ def main() -> int:
                 default = TFModel(modelPath=path, inputMapping={"tokens": "tokens"})
                 padded = TFModel(modelPath=path, inputMapping={"tokens": "tokens"},
                                  padLength=longest)
-                ours, calls = _rate(default, df, rows, rounds)
-                base, _ = _rate(padded, df, rows, rounds)
+                ours, base, calls = _compare(default, padded, df, rows, rounds)
                 results.append((kind, longest, rows, ours, base, calls))
                 print(f"measured {kind}, lengths 1..{longest}: default {ours:,.0f} rows/s, "
                       f"padLength {base:,.0f} rows/s", flush=True)

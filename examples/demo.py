@@ -94,6 +94,10 @@ def plot(history: dict, confusion, path: str) -> None:
     plt.close(fig)
 
 
+def step(what: str) -> None:
+    print(f"\n--> {what}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", default="demo-output", help="where to write the results")
@@ -105,17 +109,25 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.ml.evaluation import MulticlassClassificationEvaluator
     from pyspark.sql import SparkSession
 
+    step("starting Spark: local-cluster[2,1,1024], two executor processes on this machine")
+    log4j = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
     spark = (SparkSession.builder.master("local-cluster[2,1,1024]").appName("sparktf-demo")
              .config("spark.ui.enabled", "false").config("spark.driver.memory", "1g")
+             # sparktf prints each epoch's progress: Spark's stage bars would interleave
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={log4j}")
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     try:
         train, test = load_digits_frames(spark)
+        step(f"fitting VectorAssembler -> StandardScaler -> TFEstimator on {train.count()} "
+             "digits, 2 TensorFlow workers, 15 epochs")
         started = time.monotonic()
         fitted = make_pipeline().fit(train)
         fit_seconds = time.monotonic() - started
         history = fitted.stages[-1].getHistory()
 
+        step(f"scoring {test.count()} test digits, evaluating, scoring again from SQL")
         scored = fitted.transform(test).cache()
         evaluator = MulticlassClassificationEvaluator(metricName="accuracy")
         accuracy = evaluator.evaluate(scored)
@@ -128,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         sql_accuracy = by_sql.selectExpr("avg(cast(label = predicted as double))").first()[0]
 
         saved = os.path.abspath(os.path.join(args.output, "pipeline-model"))
+        step("saving the PipelineModel, loading it back, scoring with the loaded one")
         fitted.write().overwrite().save(saved)
         reloaded = PipelineModel.load(saved)
         same = (reloaded.transform(test).select("prediction").collect()

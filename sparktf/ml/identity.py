@@ -21,6 +21,8 @@ import types
 
 import numpy as np
 
+from sparktf.runtime import tf_startup
+
 logger = logging.getLogger("sparktf")
 
 _AUTO_NAME = re.compile(r"_\d+$")
@@ -31,7 +33,7 @@ def model_identity(model_fn, hparams: dict) -> dict:
     """The model ``model_fn(hparams)`` builds, as JSON (``describe``); a digest of the
     function's pickle where it cannot be built here (a driver without Keras, say)."""
     try:
-        with _fresh_names(), _own_random_state():
+        with _fresh_names(), _own_random_state(), tf_startup.quiet_start():
             model = model_fn(dict(hparams))
         return describe(model)
     except Exception as e:  # noqa: BLE001 - any failure: recognised by its code instead

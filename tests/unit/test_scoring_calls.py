@@ -171,3 +171,57 @@ def test_run_model_scores_one_batch_as_the_partition_would():
     assert out["valid"].tolist() == [True, False, True]
     np.testing.assert_array_equal(out["values"]["score"], [_alone([1, 2]), _alone([3])])
     assert sorted(fn.calls) == [(1, 1), (1, 2)]
+
+
+def _signature(masked_pad=None):
+    """A loaded signature's kind of function: ``Recorded``'s score as a graph."""
+    import tensorflow as tf
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int64, name="x")])
+    def serve(x):
+        values = tf.cast(x, tf.float64)
+        if masked_pad is None:
+            return {"score": tf.reduce_sum(values, axis=1) * 1000.0
+                    + tf.cast(tf.shape(x)[1], tf.float64)}
+        keep = tf.cast(tf.not_equal(x, masked_pad), tf.float64)
+        return {"score": tf.reduce_sum(values * keep, axis=1) * 1000.0
+                + tf.reduce_sum(keep, axis=1)}
+
+    return serve.get_concrete_function()
+
+
+def test_the_groups_last_calls_are_one_graph_call_giving_what_each_call_gives():
+    """A thousand lengths' last calls in one looped graph call: each row's score is its
+    score alone, and the loop is traced once per signature."""
+    fn = _signature()
+    looped = batching._looped(fn)
+    assert looped is not None and looped.open == {"x"} and batching._looped(fn) is looped
+    rng = np.random.default_rng(0)
+    batches = [[rng.integers(0, 9, size=rng.integers(0, 40)).tolist() for _ in range(300)]
+               for _ in range(3)]
+    scored, sizes = _score(batches, _spec(64), fn)
+    assert sizes == [300, 300, 300]
+    assert scored == [_alone(r) for b in batches for r in b]
+
+
+@settings(max_examples=200 if FUZZ else 25, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(batches=st.lists(st.lists(rows, max_size=9), min_size=1, max_size=6),
+       batch_size=st.integers(1, 9), masked=st.booleans())
+def test_any_partition_through_the_looped_graph_call_scores_each_row_as_alone(
+        batches, batch_size, masked):
+    pad = 0 if masked else None
+    spec = _spec(batch_size, padding=(("x", 0),) if masked else ())
+    scored, sizes = _score([b for b in batches if b], spec, _signature(pad))
+    assert sizes == [len(b) for b in batches if b]
+    assert scored == [_alone(r, pad) for b in batches for r in b]
+
+
+def test_a_per_token_output_is_never_looped():
+    import tensorflow as tf
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.float32, name="x")])
+    def running(x):
+        return {"running": tf.cumsum(x, axis=1)}
+
+    assert batching._looped(running.get_concrete_function()) is None

@@ -11,7 +11,6 @@ import collections
 import contextlib
 import json
 import os
-import re
 import select
 import sys
 import threading
@@ -20,7 +19,7 @@ import cloudpickle
 
 from sparktf._protocol import watchdog
 from sparktf._protocol.wire import CHANNEL_ENV, DONE_LINE, EVENT_MARKER
-from sparktf.runtime import worker_tuning
+from sparktf.runtime import tf_startup, worker_tuning
 from sparktf.runtime.process import spare
 from sparktf.runtime.process.context import TaskContext
 
@@ -31,12 +30,6 @@ LOG_TAIL_LINES = 40
 # forms the cluster in ~0.15 s instead of ~1 s; the cap stays TF's own.
 GRPC_OPTIONS = ("grpc.initial_reconnect_backoff_ms=50,grpc.min_reconnect_backoff_ms=50,"
                 "grpc.max_reconnect_backoff_ms=1000")
-# TensorFlow's start-up notices on a CPU-only task: kept in the executor log, not sent to
-# the driver, where they would bury the user's own lines.
-_TF_NOISE = re.compile(r"oneDNN custom operations|cudart_stub|cuda_platform\.cc|cuInit|"
-                       r"absl::InitializeLog|computation_placer|Could not find cuda drivers|"
-                       r"TF-TRT Warning|cuda_(?:dnn|fft|blas)\.cc|rebuild TensorFlow with|"
-                       r"cpu_feature_guard|AVX512_VNNI|in other operations, rebuild")
 
 # faulthandler's first line when the process crashes (enabled in child.py)
 _CRASH_REPORT = "Fatal Python error: "
@@ -284,7 +277,7 @@ class TaskProcess:
                 self.events.send(event)
         else:
             print(f"[sparktf rank {self.rank}] {line}", file=sys.stderr)
-            if _TF_NOISE.search(line):
+            if tf_startup.NOISE.search(line):  # kept in the executor log only
                 return
             if line.startswith(_CRASH_REPORT) and self.crash is None:
                 self.crash = line.removeprefix(_CRASH_REPORT)

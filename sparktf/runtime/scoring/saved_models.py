@@ -17,7 +17,7 @@ import shutil
 import tempfile
 import threading
 
-from sparktf.runtime import storage, worker_tuning
+from sparktf.runtime import storage, tf_startup, worker_tuning
 from sparktf.runtime.scoring import padding
 
 
@@ -162,8 +162,9 @@ def padding_values(model_path: str) -> dict[str, float]:
 
 
 def _read_signature(model_path: str, signature: str) -> tuple[dict, dict]:
-    import tensorflow as tf
-    from tensorflow.core.protobuf import saved_model_pb2
+    with tf_startup.quiet_start():  # on a driver, among the user's own lines
+        import tensorflow as tf
+        from tensorflow.core.protobuf import saved_model_pb2
 
     proto = saved_model_pb2.SavedModel()
     proto.ParseFromString(storage.read_bytes(storage.join(model_path, "saved_model.pb")))

@@ -1,0 +1,59 @@
+"""TensorFlow's start-up notices, kept off a user's console.
+
+While TensorFlow loads, its C++ runtime writes notices straight to the process's stderr,
+before any logging is set up (``TF_CPP_MIN_LOG_LEVEL`` does not hide them): oneDNN's
+round-off notice, ``cudart_stub``'s "Could not find cuda drivers", the CPU-instruction
+notice, absl's "All log messages before absl::InitializeLog()". None of them is something
+a user can act on, and on a driver they land between the user's own lines. ``NOISE``
+tells them; a task process keeps them in its executor log only (``process.task_process``)
+and ``quiet_start`` keeps them off the driver's console, writing every other line the
+import printed (a real warning, an error) to stderr after it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+import tempfile
+from typing import Iterator
+
+NOISE = re.compile(r"oneDNN custom operations|cudart_stub|cuda_platform\.cc|cuInit|"
+                   r"absl::InitializeLog|computation_placer|Could not find cuda drivers|"
+                   r"TF-TRT Warning|cuda_(?:dnn|fft|blas)\.cc|rebuild TensorFlow with|"
+                   r"cpu_feature_guard|AVX512_VNNI|in other operations, rebuild")
+
+
+@contextlib.contextmanager
+def quiet_start() -> Iterator[None]:
+    """Inside the block, the first import of TensorFlow in this process prints only what
+    is not a start-up notice (after the block). Elsewhere (TensorFlow already loaded, no
+    stderr file descriptor) the block runs as it is.
+
+    The process's stderr descriptor is a temporary file for the block's duration, so a
+    line another thread writes to stderr meanwhile comes after the block: delayed, never
+    lost."""
+    if "tensorflow" in sys.modules:
+        yield
+        return
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):
+        yield
+        return
+    with tempfile.TemporaryFile() as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError, ValueError):
+                sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            capture.seek(0)
+            kept = [line for line in capture.read().decode("utf-8", "replace").splitlines()
+                    if line.strip() and not NOISE.search(line)]
+            if kept:
+                print("\n".join(kept), file=sys.stderr, flush=True)

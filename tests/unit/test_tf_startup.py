@@ -1,0 +1,42 @@
+"""TensorFlow's start-up notices stay off a driver's console (``tf_startup.quiet_start``),
+and what else the import prints still reaches stderr."""
+
+import subprocess
+import sys
+
+from sparktf.runtime import tf_startup
+
+PROBE = """
+import os, sys
+from sparktf.runtime import tf_startup
+if sys.argv[1] == "quiet":
+    with tf_startup.quiet_start():
+        import tensorflow
+        os.write(2, b"a line of the user's own, written while TensorFlow loads\\n")
+else:
+    import tensorflow
+    os.write(2, b"a line of the user's own, written while TensorFlow loads\\n")
+print("after", file=sys.stderr)
+"""
+
+
+def _stderr(mode: str) -> list[str]:
+    out = subprocess.run([sys.executable, "-c", PROBE, mode], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stderr.splitlines()
+
+
+def test_the_start_up_notices_are_kept_off_and_every_other_line_is_kept_in_order():
+    loud, quiet = _stderr("loud"), _stderr("quiet")
+    print("without:", loud, "\nwith:", quiet)
+    assert any(tf_startup.NOISE.search(line) for line in loud)  # there are notices to hide
+    assert not any(tf_startup.NOISE.search(line) for line in quiet)
+    assert quiet[-2:] == ["a line of the user's own, written while TensorFlow loads", "after"]
+
+
+def test_once_tensorflow_is_loaded_the_block_changes_nothing(capfd):
+    import tensorflow  # noqa: F401
+    with tf_startup.quiet_start():
+        print("straight through", file=sys.stderr, flush=True)
+    assert "straight through" in capfd.readouterr().err
