@@ -122,7 +122,8 @@ class SparkTFPyfunc(mlflow.pyfunc.PythonModel):
         import pandas as pd
 
         batch = arrow_batch(model_input)
-        fn = saved_models.ModelCache.get(self.spec.model_path, self.spec.signature, "/CPU:0")
+        fn = saved_models.ModelCache.get(self.spec.model_path, self.spec.signature, "/CPU:0",
+                                         settle=False)  # a user's process: its collector stays
         outputs = inference.run_model(fn, self.spec, batch)
         names, arrays = output_arrays(batch.num_rows, self.spec, outputs)
         return pd.DataFrame({n: a.to_pylist() for n, a in zip(names, arrays)})

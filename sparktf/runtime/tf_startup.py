@@ -17,12 +17,15 @@ import os
 import re
 import sys
 import tempfile
+import threading
 from typing import Iterator
 
 NOISE = re.compile(r"oneDNN custom operations|cudart_stub|cuda_platform\.cc|cuInit|"
                    r"absl::InitializeLog|computation_placer|Could not find cuda drivers|"
                    r"TF-TRT Warning|cuda_(?:dnn|fft|blas)\.cc|rebuild TensorFlow with|"
                    r"cpu_feature_guard|AVX512_VNNI|in other operations, rebuild")
+
+_redirecting = threading.Lock()
 
 
 @contextlib.contextmanager
@@ -34,13 +37,16 @@ def quiet_start() -> Iterator[None]:
     The process's stderr descriptor is a temporary file for the block's duration, so a
     line another thread writes to stderr meanwhile comes after the block: delayed, never
     lost."""
-    if "tensorflow" in sys.modules:
+    # one block at a time redirects (another thread's, or a nested one, runs as it is: its
+    # lines land in the capture of the block that holds it, and are filtered with them)
+    if "tensorflow" in sys.modules or not _redirecting.acquire(blocking=False):
         yield
         return
     try:
         sys.stderr.flush()
         saved = os.dup(2)
     except (OSError, ValueError, AttributeError):
+        _redirecting.release()
         yield
         return
     with tempfile.TemporaryFile() as capture:
@@ -52,6 +58,7 @@ def quiet_start() -> Iterator[None]:
                 sys.stderr.flush()
             os.dup2(saved, 2)
             os.close(saved)
+            _redirecting.release()
             capture.seek(0)
             kept = [line for line in capture.read().decode("utf-8", "replace").splitlines()
                     if line.strip() and not NOISE.search(line)]

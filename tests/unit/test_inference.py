@@ -214,3 +214,30 @@ def test_a_score_spec_pickled_under_its_old_module_still_loads():
     for name in ("padding", "worker_tuning"):  # an old pickle's state has neither
         object.__delattr__(loaded, name)
     assert loaded.padding == () and loaded.worker_tuning is True
+
+
+def test_the_mlflow_pyfunc_never_freezes_the_collector_of_the_process_it_serves_in(tmp_path):
+    """Found by the review of issue 46: the pyfunc (a user's notebook, a serving process)
+    went through the scoring workers' model cache, which gc.freeze()s after a load."""
+    pytest.importorskip("mlflow")
+    import gc
+
+    import pandas as pd
+    import tensorflow as tf
+
+    from sparktf.ml import tracking
+
+    class Doubled(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, 1], tf.float32, name="x")])
+        def serve(self, x):
+            return {"y": 2 * x}
+
+    module = Doubled()
+    path = str(tmp_path / "doubled")
+    tf.saved_model.save(module, path, signatures={"serving_default": module.serve})
+    spec = ScoreSpec(path, "serving_default", 8, (InputBinding("x", "x", (1,), "float32"),),
+                     outputs=(OutputBinding("y", "y", "scalar", "float32"),))
+    gc.unfreeze()
+    out = tracking.SparkTFPyfunc(spec).predict(None, pd.DataFrame({"x": [1.0, 2.5]}))
+    assert out["y"].tolist() == [2.0, 5.0]
+    assert gc.get_freeze_count() == 0

@@ -46,6 +46,12 @@ def _model(name):
         "a convolution mixes steps": lambda: chain(
             tokens, L.Embedding(20, 4, mask_zero=True), L.Conv1D(2, 3, padding="same"),
             L.GlobalAveragePooling1D()),
+        "an activation of the user's mixes steps": lambda: chain(
+            tokens, L.Embedding(20, 4, mask_zero=True),
+            L.Activation(lambda v: v - keras.ops.mean(v, axis=1, keepdims=True)),
+            L.GlobalAveragePooling1D(), L.Dense(1)),
+        "a NaN mask value masks nothing": lambda: chain(
+            x, L.Masking(float("nan")), L.GRU(2)),
         "a per-step output": lambda: chain(
             tokens, L.Embedding(20, 4, mask_zero=True), L.GRU(2, return_sequences=True)),
     }[name]()
@@ -58,7 +64,9 @@ MASKED = {"gru over a masked embedding": {"tokens": 0},
           "masking layer over floats": {"x": -1.0},
           "a sequential model": None}  # its one input is unnamed: any name
 UNMASKED = ["unmasked embedding, average pooling", "unmasked gru",
-            "max pooling ignores the mask", "a convolution mixes steps", "a per-step output"]
+            "max pooling ignores the mask", "a convolution mixes steps",
+            "an activation of the user's mixes steps", "a NaN mask value masks nothing",
+            "a per-step output"]
 
 
 def _rows(model, rng, n=12):
@@ -76,7 +84,8 @@ def _largest_gap(model, rows, pad) -> float:
         alone = np.asarray(model(row[None]))
         tail = np.full((5, *row.shape[1:]), pad, dtype=row.dtype)
         padded = np.asarray(model(np.concatenate([row, tail])[None]))
-        gap = max(gap, float(np.abs(alone - padded).max()))
+        apart = float(np.abs(alone - padded).max())
+        gap = max(gap, apart if apart == apart else float("inf"))  # NaN: as far as can be
     return gap
 
 
@@ -100,9 +109,10 @@ def test_an_input_not_proven_masked_is_left_unpadded_and_padding_would_change_it
     assert padding.masked_inputs(model) == {}
     if name == "a per-step output":
         return  # its output's length follows the row's: padded, it would be longer
-    gap = _largest_gap(model, _rows(model, np.random.default_rng(0)), 0)
+    pad = float("nan") if "NaN" in name else 0
+    gap = _largest_gap(model, _rows(model, np.random.default_rng(0)), pad)
     print(f"{name}: padded vs alone, largest difference {gap:.2e}")
-    assert gap > 1e-4
+    assert gap > 1e-4  # NaN: padded with the mask value, the row scores NaN
 
 
 def test_a_subclassed_model_is_never_said_masked():

@@ -156,8 +156,9 @@ def test_any_partition_scores_each_row_as_alone_in_at_most_a_call_per_length(
 
 
 def test_masked_rows_are_grouped_by_bounds_a_third_apart():
+    # an empty row stays in a group of its own: called as alone, never padded (review)
     assert batching.bounds(np.array([0, 1, 8, 9, 13, 33, 49, 64, 65, 1000])).tolist() == \
-        [8, 8, 8, 10, 16, 40, 64, 64, 80, 1024]
+        [0, 8, 8, 10, 16, 40, 64, 64, 80, 1024]
     lengths = np.arange(9, 5000)
     assert (batching.bounds(lengths) < lengths * 4 / 3 + 1).all()
     fn = Recorded(pad=0)
@@ -215,3 +216,28 @@ def test_a_per_token_output_is_never_looped():
         return {"running": tf.cumsum(x, axis=1)}
 
     assert batching._looped(running.get_concrete_function()) is None
+
+
+def test_text_tokens_of_many_lengths_go_through_the_looped_graph_call():
+    """Found by the review of issue 46: an unmasked string input's calls were stacked with
+    an int 0 as padding, which no tensor of strings takes (every job over text failed)."""
+    import tensorflow as tf
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.string, name="x")])
+    def serve(x):
+        sizes = tf.cast(tf.reduce_sum(tf.strings.length(x), axis=1), tf.float64)
+        return {"score": sizes * 1000.0 + tf.cast(tf.shape(x)[1], tf.float64)}
+
+    fn = serve.get_concrete_function()
+    assert batching._looped(fn) is not None
+    spec = ScoreSpec("unused", "serving_default", 64, (InputBinding("x", "x", (None,), "string"),),
+                     outputs=(OutputBinding("score", "score", "scalar", "float64"),))
+    rows = [["ab", "c"], ["xyz"], None, [], ["a"] * 5, ["de", "f", "gh"]]
+    calls = batching.Calls(fn, spec, "/CPU:0")
+    batch = pa.RecordBatch.from_arrays([pa.array(rows, pa.list_(pa.string()))], names=["x"])
+    calls.add(batch, *inference.prepare(spec, batch))
+    calls.finish()
+    (n, valid, values), = calls.done()
+    names, arrays = output_arrays(n, spec, {"valid": valid, "values": values})
+    assert arrays[0].to_pylist() == [None if r is None else
+                                     sum(map(len, r)) * 1000.0 + len(r) for r in rows]

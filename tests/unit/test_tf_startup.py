@@ -40,3 +40,27 @@ def test_once_tensorflow_is_loaded_the_block_changes_nothing(capfd):
     with tf_startup.quiet_start():
         print("straight through", file=sys.stderr, flush=True)
     assert "straight through" in capfd.readouterr().err
+
+
+def test_two_threads_in_the_block_at_once_leave_stderr_as_it_was():
+    """Found by the review of issue 46: the second block saved the first one's capture as
+    "stderr" and put it back, so the process's stderr went to a deleted file for good."""
+    probe = """
+import os, sys, threading, time
+from sparktf.runtime import tf_startup
+sys.modules["tensorflow"] = None; del sys.modules["tensorflow"]
+def a():
+    with tf_startup.quiet_start(): time.sleep(0.5)
+def b():
+    time.sleep(0.1)
+    with tf_startup.quiet_start(): time.sleep(1.0)
+before = os.readlink("/proc/self/fd/2")
+threads = [threading.Thread(target=a), threading.Thread(target=b)]
+[t.start() for t in threads]; [t.join() for t in threads]
+print(before == os.readlink("/proc/self/fd/2"))
+os.write(2, b"still reaches stderr\\n")
+"""
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         timeout=120)
+    assert out.stdout.split() == ["True"], out.stderr
+    assert "still reaches stderr" in out.stderr

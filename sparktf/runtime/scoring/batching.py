@@ -182,7 +182,8 @@ class Calls:
             if name in looped.open:
                 widths[name] = tf.constant([p.shape[1] for p in parts], tf.int32)
                 width = max(p.shape[1] for p in parts)
-                parts = [_pad_to(p, width, pads.get(name, 0)) for p in parts]
+                fill = pads.get(name, _nothing(parts))  # an unmasked input's: cut off again
+                parts = [_pad_to(p, width, fill) for p in parts]
             stacked[name] = np.concatenate(parts)
         starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int32)
         with tf.device(self.device):
@@ -269,6 +270,15 @@ def _joined(pieces: list, pad) -> np.ndarray:
     return np.concatenate(pieces)
 
 
+def _nothing(parts: list):
+    """A value of the parts' own kind to pad with: "" or b"" for text, else 0."""
+    for part in parts:
+        if part.dtype == object and part.size:
+            first = part.flat[0]
+            return first[:0] if isinstance(first, (str, bytes)) else first
+    return 0
+
+
 def _pad_to(values: np.ndarray, width: int, pad) -> np.ndarray:
     if values.shape[1] == width:
         return values
@@ -287,12 +297,14 @@ def row_lengths(column: pa.Array, shape) -> np.ndarray | None:
 
 def bounds(lengths: np.ndarray) -> np.ndarray:
     """Each length rounded up to the next of 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, ...
-    (a power of two, or 1.25 or 1.5 times one)."""
-    lengths = np.maximum(np.asarray(lengths, dtype=np.int64), 1)
+    (a power of two, or 1.25 or 1.5 times one); 0 stays 0: an empty row is called as it
+    would be alone (a model may refuse a sequence of no step), never padded."""
+    given = np.asarray(lengths, dtype=np.int64)
+    lengths = np.maximum(given, 1)
     power = 2 ** np.floor(np.log2(np.maximum(lengths - 1, 1))).astype(np.int64)
     steps = np.stack([power, power + power // 4, power + power // 2, 2 * power], axis=1)
     steps = np.where(steps >= lengths[:, None], steps, np.iinfo(np.int64).max)
-    return np.maximum(steps.min(axis=1), 8)
+    return np.where(given == 0, 0, np.maximum(steps.min(axis=1), 8))
 
 
 def fill_padding(values: np.ndarray, lengths: np.ndarray, pad) -> np.ndarray:

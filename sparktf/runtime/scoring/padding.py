@@ -104,7 +104,7 @@ def _step(node, held, padding: dict):
             return first
         raise _Unknown(kind)
     masked = mask is not None and _is_tensor(mask) and held(mask)[:2] == ("mask", first[1])
-    if kind in _PER_STEP and len(given) == 1:
+    if kind in _PER_STEP and len(given) == 1 and _own_activation(layer):
         return first
     if kind == "LayerNormalization" and len(given) == 1 and _last_axis_only(layer):
         return first
@@ -118,13 +118,25 @@ def _step(node, held, padding: dict):
     raise _Unknown(kind)
 
 
+def _own_activation(layer) -> bool:
+    """A layer's activation, where it has one, is one of Keras's (each works on a value, or
+    a step's last axis, alone): a callable of the user's
+    (``Activation(lambda x: x - ops.mean(x, axis=1))``) may mix steps."""
+    activation = getattr(layer, "activation", None)
+    return activation is None or (getattr(activation, "__module__", "") or "").startswith(
+        "keras.src.activations")
+
+
 def _is_tensor(value) -> bool:
     return hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(
         value, (int, float, bool))
 
 
 def _pads_with(padding: dict, name: str, value) -> None:
-    """The input ``name`` is padded with ``value``, the one its mask tells from a step."""
+    """The input ``name`` is padded with ``value``, the one its mask tells from a step (not
+    NaN: a step of NaN is never equal to it, so never masked)."""
+    if isinstance(value, float) and value != value:
+        raise _Unknown(f"{name} masked by NaN")
     if padding[name] not in (None, value):
         raise _Unknown(f"{name} masked by two values")
     padding[name] = value

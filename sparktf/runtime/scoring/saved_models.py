@@ -35,7 +35,10 @@ class ModelCache:
     _lock = threading.Lock()
 
     @classmethod
-    def get(cls, model_path: str, signature: str, device: str):
+    def get(cls, model_path: str, signature: str, device: str, settle: bool = True):
+        """The signature function, loaded once; ``settle``: the collector is frozen after a
+        load (``worker_tuning``), in Spark's Python workers only, never in a user's own
+        process (an MLflow pyfunc's)."""
         key = (identity(model_path), signature, device)
         with cls._lock:
             if key in cls._entries:
@@ -46,7 +49,8 @@ class ModelCache:
             cls._entries[key] = loaded
             while len(cls._entries) > cls.capacity:
                 cls._entries.popitem(last=False)[1].close()
-        worker_tuning.settle_collector()  # the models let go collected, the new one frozen
+        if settle:  # the models let go collected, the new one frozen
+            worker_tuning.settle_collector()
         return loaded.fn
 
     @classmethod
