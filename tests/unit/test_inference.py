@@ -204,6 +204,7 @@ def test_a_score_spec_pickled_under_its_old_module_still_loads():
     sparktf.runtime.inference.ScoreSpec (without padding or worker_tuning)."""
     import pickle
 
+    pytest.importorskip("mlflow")  # the alias is the pyfunc's, which only MLflow loads
     import sparktf.ml.tracking  # noqa: F401 - what an MLflow load imports first
     spec = ScoreSpec("m", "serving_default", 8, (InputBinding("x", "x", (1,), "float32"),))
     old = pickle.dumps(spec, protocol=0).replace(b"sparktf.runtime.scoring.spec",
