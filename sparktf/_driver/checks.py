@@ -310,3 +310,21 @@ def check_security(conf: dict[str, str], what: str) -> None:
             f"encrypted, but this application secures Spark's own traffic ({', '.join(secured)}"
             f"=true). Run on a trusted network and set {ALLOW_PLAIN_TF}=true to accept that, "
             "or train outside this application.")
+
+
+# The environment variables that pick the framework a task's TensorFlow program gets: set
+# on the driver (as TensorFlow's guide sets TF_USE_LEGACY_KERAS), they reach every task.
+FRAMEWORK_ENV = ("TF_USE_LEGACY_KERAS", "KERAS_BACKEND")
+
+
+def framework_env(environ) -> tuple:
+    """(name, value) of the driver's ``FRAMEWORK_ENV`` settings, for every task; refuses a
+    ``KERAS_BACKEND`` that is not TensorFlow, before any job."""
+    backend = environ.get("KERAS_BACKEND")
+    if backend is not None and backend.strip().lower() != "tensorflow":
+        raise InvalidInputError(
+            f"KERAS_BACKEND={backend!r} is set in the driver's environment: sparktf runs "
+            "TensorFlow programs and models (its strategies, SavedModels and feed are "
+            "TensorFlow's), and this setting would reach every task. Unset it, or set it "
+            "to 'tensorflow'.")
+    return tuple((name, environ[name]) for name in FRAMEWORK_ENV if name in environ)

@@ -9,7 +9,9 @@ turns the tasks' results (or their failure) into a return value (or one error).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
+import os
 import uuid
 from typing import Any, Callable
 
@@ -41,7 +43,7 @@ from sparktf.errors import (
 )
 from sparktf.runtime import gpu, worker_tuning
 from sparktf.runtime.feed.row_checks import RowChecks
-from sparktf.runtime.process import cluster
+from sparktf.runtime.process import cluster, servers
 from sparktf.runtime.process import task as task_runtime
 
 logger = logging.getLogger("sparktf")
@@ -54,7 +56,8 @@ DEFAULT_SPARE_IDLE_S = 60.0
 def run(spark, main_fn: Callable[[Any, Any], Any], args: Any = None, *, numWorkers: int,
         numPs: int = 0, df=None, useGpu: str | bool = "auto",
         timeout: float | None = None, evaluator: bool = False,
-        taskCpus: int | None = None, taskGpus: float | None = None) -> list[Any]:
+        taskCpus: int | None = None, taskGpus: float | None = None,
+        allTasks: bool = False) -> list[Any]:
     """Runs ``main_fn(args, ctx)`` once per task of one barrier stage; returns results by rank.
 
     Each task gets its role (``ctx.jobName``, ``ctx.taskIndex``, ``ctx.rank``),
@@ -75,7 +78,9 @@ def run(spark, main_fn: Callable[[Any, Any], Any], args: Any = None, *, numWorke
     numPs : int
         Parameter servers. With ``numPs > 0`` the stage also has one ``chief`` task
         (for ``tf.distribute.coordinator.ClusterCoordinator``): ``numWorkers + 1 +
-        numPs`` tasks. Parameter servers see no GPU.
+        numPs`` tasks. Parameter servers see no GPU. sparktf starts the ``ps`` and
+        ``worker`` tasks' servers itself and runs ``main_fn`` on the chief only, once
+        every server is up (the other tasks' results are None), unless ``allTasks``.
     df : DataFrame, optional
         Input data, shared by the worker tasks (chief and parameter servers get none).
     useGpu : "auto", True or False
@@ -88,6 +93,10 @@ def run(spark, main_fn: Callable[[Any, Any], Any], args: Any = None, *, numWorke
         CPUs and GPUs each task of this stage asks for, through a Spark
         ``ResourceProfile`` (stage-level scheduling): the rest of the application keeps
         its own settings.
+    allTasks : bool
+        With ``numPs > 0``: run ``main_fn`` on every task instead; the ``ps`` and
+        ``worker`` tasks then call ``ctx.serve()`` and return, and the chief calls
+        ``ctx.awaitServers()`` before creating its strategy.
 
     Returns
     -------
@@ -102,7 +111,13 @@ def run(spark, main_fn: Callable[[Any, Any], Any], args: Any = None, *, numWorke
     [(0, 'worker', 1), (1, 'worker', 1)]
     """
     validate_launch(numWorkers, numPs, useGpu, timeout)
-    payload = pickling.pickle_main(main_fn, args)
+    if not isinstance(allTasks, bool):
+        raise InvalidInputError(f"allTasks must be True or False. Received: {allTasks!r}")
+    if numPs and not allTasks:  # sparktf serves the ps and worker tasks
+        payload = pickling.pickle_main(functools.partial(servers.chief_only, main_fn), args,
+                                       also=[main_fn])
+    else:
+        payload = pickling.pickle_main(main_fn, args)
     columns = tuple(df.columns) if df is not None else ()
     if df is not None:
         schema.check_feedable(df.schema, columns)
@@ -150,6 +165,7 @@ class LaunchSpec:
     row_checks: RowChecks | None = None
     spare_idle_s: float = 0.0
     worker_tuning: bool = True  # spark.sparktf.workerTuning: filled in by launch
+    framework_env: tuple = ()  # the driver's settings that pick a framework: by launch
 
     @property
     def layout(self) -> cluster.Layout:
@@ -168,7 +184,7 @@ class LaunchSpec:
             event_address=server.address, event_secret=server.secret,
             evaluator=self.evaluator, stall_timeout=self.stall_timeout,
             spare_idle_s=self.spare_idle_s, row_checks=self.row_checks,
-            worker_tuning=self.worker_tuning)
+            worker_tuning=self.worker_tuning, framework_env=self.framework_env)
 
 
 def launch(spark, stage: LaunchSpec, df=None,
@@ -182,7 +198,8 @@ def launch(spark, stage: LaunchSpec, df=None,
     stage = dataclasses.replace(
         stage, columns=tuple(stage.columns), use_gpu=gpu.use_gpu_value(stage.use_gpu),
         spare_idle_s=spare_idle_s(conf, session.setting(SPARE_IDLE_CONF)),
-        worker_tuning=worker_tuning.from_setting(session.setting(worker_tuning.SETTING)))
+        worker_tuning=worker_tuning.from_setting(session.setting(worker_tuning.SETTING)),
+        framework_env=checks.framework_env(os.environ))
     what, resources = stage.what, stage.resources
     checks.check_security(conf, what)
     if resources is not None:

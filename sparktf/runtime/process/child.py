@@ -36,7 +36,7 @@ from sparktf._protocol.wire import DONE_LINE, phase
 from sparktf.errors import InvalidInputError
 from sparktf.runtime import worker_tuning
 from sparktf.runtime.feed import arrival
-from sparktf.runtime.process import spare
+from sparktf.runtime.process import keras_fixes, spare
 
 
 def _preimport() -> None:
@@ -66,6 +66,7 @@ def _run(payload_path: str) -> tuple[str, object]:
                 "which the executors' Python cannot import: install it on every executor, or "
                 "ship it with SparkContext.addPyFile (spark-submit --py-files).",
                 name=e.name) from e
+        keras_fixes.apply()  # Keras 3's own fit under MultiWorkerMirroredStrategy
         return "ok", main_fn(args, ctx)
     except BaseException as e:  # everything, including SystemExit from user code
         # the user's data at fault (a column its model input cannot take): the driver

@@ -9,9 +9,12 @@ _servers: list = []  # this process's TensorFlow server, kept until the process 
 
 
 def serve(ctx) -> None:
-    """Starts this task's TensorFlow server; it serves until the task releases the process."""
+    """Starts this task's TensorFlow server (once: a second call does nothing); it serves
+    until the task releases the process."""
     import tensorflow as tf
 
+    if _servers:
+        return
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     _servers.append(tf.distribute.Server(resolver.cluster_spec(), job_name=ctx.jobName,
                                          task_index=ctx.taskIndex, protocol="grpc",
@@ -31,3 +34,16 @@ def await_servers(ctx) -> None:
     if reply is None or reply["serving"] < ctx.numWorkers + ctx.numPs:
         raise RuntimeError("The chief lost the driver's event channel while waiting for the "
                            "workers and parameter servers to start.")
+
+
+def chief_only(main_fn, args, ctx):
+    """``sparktf.run``'s ``main_fn`` with parameter servers (unless ``allTasks``): the ``ps``
+    and ``worker`` tasks serve (sparktf starts their servers), and the chief runs
+    ``main_fn`` once every server is up, as TensorFlow's parameter-server programs expect
+    (their body runs on the coordinator only). The other tasks' results are None."""
+    if ctx.jobName in ("ps", "worker"):
+        serve(ctx)
+        return None
+    if ctx.jobName == "chief":
+        await_servers(ctx)
+    return main_fn(args, ctx)

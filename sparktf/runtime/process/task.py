@@ -58,6 +58,7 @@ class TaskSpec:
     spare_idle_s: float = 0.0  # keep a spare process this long between tasks (0: none)
     row_checks: row_checks.RowChecks | None = None  # refuse bad rows before training
     worker_tuning: bool = True  # spark.sparktf.workerTuning (runtime.worker_tuning)
+    framework_env: tuple = ()  # (name, value): the driver's TF_USE_LEGACY_KERAS, KERAS_BACKEND
 
     @property
     def roles(self) -> list[cluster.Role]:

@@ -55,6 +55,7 @@ def child_env(spec, devices: str, cpus: int) -> dict[str, str]:
                 "PYTHONUNBUFFERED": "1"})
     env.pop(worker_tuning.ENV, None)
     env.update(worker_tuning.env(getattr(spec, "worker_tuning", True)))
+    env.update(dict(getattr(spec, "framework_env", ())))  # as the driver chose them
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     env.setdefault("TF_GRPC_DEFAULT_OPTIONS", GRPC_OPTIONS)
     # TensorFlow sizes its thread pools to the machine; tasks sharing a host would
