@@ -12,7 +12,7 @@ from tests import conftest
 from tests.integration import data
 
 SCENARIOS = ["ps_regression", "run_ps", "evaluator_ps0", "evaluator_ps1", "ps_parquet",
-             "task_cpus", "ps_kinds"]
+             "task_cpus", "ps_kinds", "ps_tutorial"]
 JOB = conftest.Job("async", "tests/integration/scripts/async_jobs.py", conftest.Job.WORKDIR,
                    *SCENARIOS, expected_s=280)
 
@@ -47,10 +47,30 @@ def test_parameter_servers_and_workers_are_gone_after_fit(found):
 def test_run_gives_user_code_a_parameter_server_cluster(found):
     result = found["run_ps"]
     workers_0, workers_1, chief, ps = result["results"]  # ranks: workers, chief, ps
-    assert [workers_0, workers_1, ps] == ["worker", "worker", "ps"]
+    assert [workers_0, workers_1, ps] == ["worker", "worker", "ps"]  # allTasks=True
     assert chief["counter"] == 20.0  # every scheduled step ran once, on the workers
     assert "/job:ps/" in chief["device"]
+    # the same program with sparktf serving the ps and worker tasks: its own serve() and
+    # awaitServers() keep working; main runs on the chief only
+    workers_0, workers_1, chief, ps = result["chief_only"]
+    assert [workers_0, workers_1, ps] == [None, None, None]
+    assert chief["counter"] == 20.0
     assert result["children_left"] == []
+
+
+def test_the_parameter_server_tutorial_runs_unchanged_on_keras_2_chosen_on_the_driver(found):
+    """TensorFlow's tutorial's body in main(args, ctx), nothing else: no branch on its role
+    (sparktf serves the ps and worker tasks), TF_USE_LEGACY_KERAS=1 set on the driver."""
+    workers_0, workers_1, chief, ps_0, ps_1 = found["ps_tutorial"]["results"]
+    assert [workers_0, workers_1, ps_0, ps_1] == [None] * 4
+    print(chief)
+    assert chief["keras"].startswith("tf_keras")  # Keras 2, as the driver chose
+    assert chief["shards"] == 2  # the embedding sharded over both parameter servers
+    assert chief["last_loss"] < chief["first_loss"]
+    assert chief["accuracy"] > 0.6
+    import tensorflow as tf
+    loaded = tf.saved_model.load(chief["saved"])
+    assert loaded.signatures  # the chief's saved model loads
 
 
 @pytest.mark.parametrize("scenario", ["evaluator_ps0", "evaluator_ps1"])

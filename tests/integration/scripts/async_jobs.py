@@ -173,15 +173,32 @@ def run_ps(spark, workdir, lines):
         coordinator.join()
         return {"counter": float(counter.numpy()), "device": counter.device}
 
-    found = sparktf.run(spark, main, 20, numWorkers=2, numPs=1)
-    emit("run_ps", {"results": found,
+    every_task = sparktf.run(spark, main, 20, numWorkers=2, numPs=1, allTasks=True)
+    chief_only = sparktf.run(spark, main, 20, numWorkers=2, numPs=1)  # sparktf serves
+    emit("run_ps", {"results": every_task, "chief_only": chief_only,
                     "children_left": conftest.wait_gone(conftest.child_pids(), 30)})
+
+
+def ps_tutorial(spark, workdir, lines):
+    """TensorFlow's parameter-server tutorial, Keras 2 chosen on the driver as its guide
+    says (TF_USE_LEGACY_KERAS=1), its body unchanged in main(args, ctx)."""
+    import sparktf
+    from tests.integration import tutorials
+
+    os.environ["TF_USE_LEGACY_KERAS"] = "1"
+    try:
+        found = sparktf.run(spark, tutorials.parameter_servers,
+                            {"steps": 40, "model_dir": os.path.join(workdir, "ps_tutorial")},
+                            numWorkers=2, numPs=2)
+    finally:
+        del os.environ["TF_USE_LEGACY_KERAS"]
+    emit("ps_tutorial", {"results": found})
 
 
 SCENARIOS = {"ps_regression": ps_regression, "run_ps": run_ps, "ps_parquet": ps_parquet,
              "evaluator_ps0": lambda spark, workdir, lines: evaluator(spark, workdir, lines, 0),
              "evaluator_ps1": lambda spark, workdir, lines: evaluator(spark, workdir, lines, 1),
-             "task_cpus": task_cpus, "ps_kinds": ps_kinds}
+             "task_cpus": task_cpus, "ps_kinds": ps_kinds, "ps_tutorial": ps_tutorial}
 
 
 def main(argv):
