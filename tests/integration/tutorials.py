@@ -153,17 +153,22 @@ def parameter_servers(args, ctx):
 
     with strategy.scope():
         embedding = tf.keras.layers.Embedding(input_dim=1024, output_dim=64)
-        dense = tf.keras.layers.Dense(1, kernel_initializer="zeros")
+        dense = tf.keras.layers.Dense(1)
         model = tf.keras.Sequential([tf.keras.Input((1,), dtype="int64"), embedding,
                                      tf.keras.layers.Flatten(), dense])
         optimizer = tf.keras.optimizers.legacy.SGD(learning_rate=0.5)
         accuracy = tf.keras.metrics.Accuracy()
 
-    def dataset_fn(_):
-        ids = tf.range(1024, dtype=tf.int64)
+    def dataset_fn(input_context):
+        ids = tf.range(1024, dtype=tf.int64) % 32  # 32 of the 1,024 ids, each seen often
         labels = tf.cast(ids % 2, tf.float32)
         return tf.data.Dataset.from_tensor_slices((ids[:, None], labels[:, None])) \
-            .shuffle(1024, seed=0).repeat().batch(64)
+            .shuffle(1024, seed=0).repeat() \
+            .batch(input_context.get_per_replica_batch_size(64))
+
+    @tf.function
+    def per_worker_dataset_fn():
+        return strategy.distribute_datasets_from_function(dataset_fn)
 
     @tf.function
     def step_fn(iterator):
@@ -180,7 +185,7 @@ def parameter_servers(args, ctx):
         losses = strategy.run(replica_fn, args=(next(iterator),))
         return strategy.reduce(tf.distribute.ReduceOp.MEAN, losses, axis=None)
 
-    per_worker_dataset = coordinator.create_per_worker_dataset(dataset_fn)
+    per_worker_dataset = coordinator.create_per_worker_dataset(per_worker_dataset_fn)
     per_worker_iterator = iter(per_worker_dataset)
     first = [coordinator.schedule(step_fn, args=(per_worker_iterator,)) for _ in range(5)]
     coordinator.join()

@@ -461,3 +461,14 @@ def test_a_fit_in_another_thread_gets_the_drivers_interpreter_too(monkeypatch):
         t.join(30)
     assert seen == [sys.executable]
     assert session.sc.pythonExec == "python3"  # Spark's default back after both
+
+
+def test_the_driver_s_framework_settings_reach_the_tasks_and_a_foreign_backend_is_refused():
+    assert checks.framework_env({"TF_USE_LEGACY_KERAS": "1", "PATH": "/bin"}) == (
+        ("TF_USE_LEGACY_KERAS", "1"),)
+    assert checks.framework_env({"KERAS_BACKEND": "tensorflow"}) == (
+        ("KERAS_BACKEND", "tensorflow"),)
+    assert checks.framework_env({}) == ()
+    with pytest.raises(sparktf.InvalidInputError, match="KERAS_BACKEND='torch'.*Unset it, or set it "
+                                                "to 'tensorflow'"):
+        checks.framework_env({"KERAS_BACKEND": "torch"})
