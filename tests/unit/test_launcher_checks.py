@@ -469,6 +469,6 @@ def test_the_driver_s_framework_settings_reach_the_tasks_and_a_foreign_backend_i
     assert checks.framework_env({"KERAS_BACKEND": "tensorflow"}) == (
         ("KERAS_BACKEND", "tensorflow"),)
     assert checks.framework_env({}) == ()
-    with pytest.raises(sparktf.InvalidInputError, match="KERAS_BACKEND='torch'.*Unset it, or set it "
-                                                "to 'tensorflow'"):
+    with pytest.raises(sparktf.InvalidInputError,
+                       match="KERAS_BACKEND='torch'.*Unset it, or set it to 'tensorflow'"):
         checks.framework_env({"KERAS_BACKEND": "torch"})
