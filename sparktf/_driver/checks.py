@@ -318,13 +318,16 @@ FRAMEWORK_ENV = ("TF_USE_LEGACY_KERAS", "KERAS_BACKEND")
 
 
 def framework_env(environ) -> tuple:
-    """(name, value) of the driver's ``FRAMEWORK_ENV`` settings, for every task; refuses a
-    ``KERAS_BACKEND`` that is not TensorFlow, before any job."""
+    """(name, value) of the driver's ``FRAMEWORK_ENV`` settings for every task, value None
+    for one the driver has not set (the task unsets it: an executor may have inherited it
+    from the driver's environment when the session started); refuses a ``KERAS_BACKEND``
+    that is not TensorFlow, before any job. Keras reads the value as it is: only
+    ``tensorflow`` (or empty, Keras's default) passes."""
     backend = environ.get("KERAS_BACKEND")
-    if backend is not None and backend.strip().lower() != "tensorflow":
+    if backend not in (None, "", "tensorflow"):
         raise InvalidInputError(
             f"KERAS_BACKEND={backend!r} is set in the driver's environment: sparktf runs "
             "TensorFlow programs and models (its strategies, SavedModels and feed are "
             "TensorFlow's), and this setting would reach every task. Unset it, or set it "
             "to 'tensorflow'.")
-    return tuple((name, environ[name]) for name in FRAMEWORK_ENV if name in environ)
+    return tuple((name, environ.get(name)) for name in FRAMEWORK_ENV)

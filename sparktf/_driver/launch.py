@@ -113,6 +113,13 @@ def run(spark, main_fn: Callable[[Any, Any], Any], args: Any = None, *, numWorke
     validate_launch(numWorkers, numPs, useGpu, timeout)
     if not isinstance(allTasks, bool):
         raise InvalidInputError(f"allTasks must be True or False. Received: {allTasks!r}")
+    if numPs and evaluator and not allTasks:
+        raise InvalidInputError(
+            "With parameter servers, main_fn runs on the chief only (sparktf serves the ps "
+            "and worker tasks), but an evaluator task runs a program of its own: pass "
+            "allTasks=True and branch on ctx.jobName ('evaluator': read the chief's "
+            "checkpoints; 'ps' and 'worker': ctx.serve(); 'chief': ctx.awaitServers(), then "
+            f"train). Received: numPs={numPs}, evaluator=True")
     if numPs and not allTasks:  # sparktf serves the ps and worker tasks
         payload = pickling.pickle_main(functools.partial(servers.chief_only, main_fn), args,
                                        also=[main_fn])

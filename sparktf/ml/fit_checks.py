@@ -4,9 +4,12 @@ wrong and how to fix it, in the house form (``Received: ...``)."""
 
 from __future__ import annotations
 
+import os
+
 from pyspark.sql import DataFrame
 
 from sparktf import tensorboard
+from sparktf._driver import checks
 from sparktf._driver import schema as schema_checks
 from sparktf.errors import InvalidInputError
 from sparktf.ml import runs
@@ -16,6 +19,7 @@ from sparktf.runtime import training
 def check(est, dataset: DataFrame, features: list[str]) -> None:
     """What a fit refuses before any job runs: settings that contradict one another, and
     columns that cannot feed the model (``est``: the ``TFEstimator``)."""
+    checks.framework_env(os.environ)  # before inputMode="parquet"'s copy, too
     if est.getModelFn() is None:
         raise InvalidInputError("TFEstimator needs modelFn: a callable hparams -> compiled "
                                 "keras.Model. Received: modelFn=None")

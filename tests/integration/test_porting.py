@@ -54,26 +54,46 @@ def test_a_custom_training_loop_trains_the_same_model_on_every_worker(spark, tmp
 
 def keras_fit_as_released(args, ctx):
     from sparktf.runtime.process import keras_fixes
-    keras_fixes.undo()
+    keras_fixes.undo(build=args["path"] == "build", reduce=args["path"] == "reduce")
     return tutorials.keras_fit(args, ctx)
 
 
-def test_keras_still_fails_without_sparktf_s_fix(spark):
-    """keras-team/keras#20585: when this fails, Keras has fixed its fit under
-    MultiWorkerMirroredStrategy upstream; remove sparktf/runtime/process/keras_fixes.py
-    (and this test) for the Keras versions that have the fix."""
+@pytest.mark.parametrize("path, error", [("build", "PerReplica"),
+                                         ("reduce", "Invalid reduction dimension 0")])
+def test_keras_still_fails_without_each_of_sparktf_s_fixes(spark, path, error):
+    """keras-team/keras#20585: when one of these fails, Keras has fixed that path of its fit
+    under MultiWorkerMirroredStrategy upstream: remove that fix from
+    sparktf/runtime/process/keras_fixes.py (and its case here) for the Keras versions
+    that have it."""
     import keras
-    with pytest.raises(sparktf.TaskFailedError, match="PerReplica"):
-        sparktf.run(spark, keras_fit_as_released, {"epochs": 1}, numWorkers=2)
-    print(f"Keras {keras.__version__} still fails fit under MultiWorkerMirroredStrategy")
+    with pytest.raises(sparktf.TaskFailedError, match=error):
+        sparktf.run(spark, keras_fit_as_released, {"epochs": 1, "path": path}, numWorkers=2)
+    print(f"Keras {keras.__version__} still fails fit without the {path} fix")
 
 
 def test_a_keras_backend_other_than_tensorflow_is_refused_before_any_job(spark, monkeypatch):
+    from sparktf.ml import TFEstimator
+    from tests.integration import data, models
+
+    X, y = data.linear_rows(40)
+    df = spark.createDataFrame(data.rows(X, y), "features array<double>, label double")
     jobs = spark.sparkContext.statusTracker().getJobIdsForGroup()
     monkeypatch.setenv("KERAS_BACKEND", "jax")
     with pytest.raises(sparktf.InvalidInputError, match="KERAS_BACKEND='jax'.*Unset it"):
         sparktf.run(spark, tutorials.keras_fit, {"epochs": 1}, numWorkers=1)
+    for mode in ("stream", "parquet"):  # parquet: before its copy is written (review)
+        with pytest.raises(sparktf.InvalidInputError, match="KERAS_BACKEND='jax'"):
+            TFEstimator(modelFn=models.linear, numWorkers=1, inputMode=mode).fit(df)
     assert spark.sparkContext.statusTracker().getJobIdsForGroup() == jobs
+
+
+def test_parameter_servers_with_an_evaluator_run_main_on_every_task_or_are_refused():
+    """Found by the review: the evaluator ran the chief's program (every task's main but
+    the ps and worker ones), which then took the chief's address."""
+    with pytest.raises(sparktf.InvalidInputError, match="allTasks=True and branch on "
+                                                        "ctx.jobName"):
+        sparktf.run(None, tutorials.parameter_servers, {}, numWorkers=1, numPs=1,
+                    evaluator=True)
 
 
 def framework(args, ctx):

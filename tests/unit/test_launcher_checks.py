@@ -464,11 +464,25 @@ def test_a_fit_in_another_thread_gets_the_drivers_interpreter_too(monkeypatch):
 
 
 def test_the_driver_s_framework_settings_reach_the_tasks_and_a_foreign_backend_is_refused():
+    # a setting the driver lacks is sent as None: the task unsets what its executor may
+    # have inherited from the driver's environment (review)
     assert checks.framework_env({"TF_USE_LEGACY_KERAS": "1", "PATH": "/bin"}) == (
-        ("TF_USE_LEGACY_KERAS", "1"),)
-    assert checks.framework_env({"KERAS_BACKEND": "tensorflow"}) == (
-        ("KERAS_BACKEND", "tensorflow"),)
-    assert checks.framework_env({}) == ()
-    with pytest.raises(sparktf.InvalidInputError,
-                       match="KERAS_BACKEND='torch'.*Unset it, or set it to 'tensorflow'"):
-        checks.framework_env({"KERAS_BACKEND": "torch"})
+        ("TF_USE_LEGACY_KERAS", "1"), ("KERAS_BACKEND", None))
+    assert checks.framework_env({"KERAS_BACKEND": ""}) == (
+        ("TF_USE_LEGACY_KERAS", None), ("KERAS_BACKEND", ""))
+    for refused in ("torch", "TensorFlow", " tensorflow"):  # Keras reads it as it is
+        with pytest.raises(sparktf.InvalidInputError,
+                           match="Unset it, or set it to 'tensorflow'"):
+            checks.framework_env({"KERAS_BACKEND": refused})
+
+
+def test_a_task_s_process_gets_the_driver_s_framework_settings_and_loses_the_unset_ones(
+        monkeypatch):
+    from sparktf.runtime.process import task, task_process
+
+    monkeypatch.setenv("TF_USE_LEGACY_KERAS", "1")  # as an executor inherits it
+    monkeypatch.setenv("KERAS_BACKEND", "tensorflow")
+    spec = task.TaskSpec(payload=b"", num_workers=1, framework_env=(
+        ("TF_USE_LEGACY_KERAS", None), ("KERAS_BACKEND", "tensorflow")))
+    env = task_process.child_env(spec, "", 1)
+    assert "TF_USE_LEGACY_KERAS" not in env and env["KERAS_BACKEND"] == "tensorflow"

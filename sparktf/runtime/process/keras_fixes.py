@@ -39,7 +39,7 @@ def apply() -> bool:
     global _applied
     if _applied:
         return True
-    if os.environ.get("TF_USE_LEGACY_KERAS") == "1":
+    if os.environ.get("TF_USE_LEGACY_KERAS") in ("1", "true", "True"):  # as TensorFlow reads it
         return False
     try:
         from keras.src.backend.tensorflow import trainer
@@ -58,16 +58,17 @@ def apply() -> bool:
     return True
 
 
-def undo() -> None:
-    """Keras as released again in this process (the upstream-fix test)."""
-    global _applied
+def undo(build: bool = True, reduce: bool = True) -> None:
+    """Keras as released again in this process, for the first path (``build``), the
+    second (``reduce``) or both: the upstream-fix test asks each path alone."""
     from keras.src.backend.tensorflow import trainer
 
-    build = trainer.TensorFlowTrainer._maybe_symbolic_build
-    trainer.TensorFlowTrainer._maybe_symbolic_build = getattr(build, "__wrapped__", build)
-    trainer.reduce_per_replica = getattr(trainer.reduce_per_replica, "__wrapped__",
-                                         trainer.reduce_per_replica)
-    _applied = False
+    if build:
+        fixed = trainer.TensorFlowTrainer._maybe_symbolic_build
+        trainer.TensorFlowTrainer._maybe_symbolic_build = getattr(fixed, "__wrapped__", fixed)
+    if reduce:
+        trainer.reduce_per_replica = getattr(trainer.reduce_per_replica, "__wrapped__",
+                                             trainer.reduce_per_replica)
 
 
 def _symbolic_build_from_local(original):

@@ -55,7 +55,11 @@ def child_env(spec, devices: str, cpus: int) -> dict[str, str]:
                 "PYTHONUNBUFFERED": "1"})
     env.pop(worker_tuning.ENV, None)
     env.update(worker_tuning.env(getattr(spec, "worker_tuning", True)))
-    env.update(dict(getattr(spec, "framework_env", ())))  # as the driver chose them
+    for name, value in getattr(spec, "framework_env", ()):  # as the driver has them
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     env.setdefault("TF_GRPC_DEFAULT_OPTIONS", GRPC_OPTIONS)
     # TensorFlow sizes its thread pools to the machine; tasks sharing a host would
