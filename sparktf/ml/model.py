@@ -133,8 +133,9 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
         """
         from pyspark.sql import SparkSession
 
-        session = SparkSession.getActiveSession()
-        spec = self._score_spec(None, sessions.Session(session) if session else None)
+        active = SparkSession.getActiveSession()
+        session = sessions.Session(active) if active is not None else None
+        spec = self._score_spec(None, session)
         if spec.prediction is not None:
             return_type, take = T.DoubleType(), spec.prediction.prediction
         elif len(spec.outputs) == 1 and spec.outputs[0].per_row == "scalar":
@@ -144,8 +145,8 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
             raise InvalidInputError("udf() returns one value per row: the model needs a single "
                                     "output or an outputMapping with one scalar output.")
         if session is not None:
-            checks.app_executor_python(sessions.Session(session))
-        counter = _call_counter(spec, sessions.Session(session).sc if session else None, None)
+            checks.app_executor_python(session)
+        counter = _call_counter(spec, session.sc if session is not None else None, None)
         return _arrow_udf(spec, return_type, lambda names, arrays: arrays[names.index(take)],
                           counter)
 

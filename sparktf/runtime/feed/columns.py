@@ -253,13 +253,14 @@ def _pad_value(values: np.ndarray):
     return "" if values.dtype == object else 0
 
 
-def widen(values: np.ndarray, width: int) -> np.ndarray:
-    """``values`` padded at the end of axis 1 to ``width`` (or cut to it)."""
+def widen(values: np.ndarray, width: int, fill=None) -> np.ndarray:
+    """``values`` padded at the end of axis 1 to ``width`` (or cut to it), with ``fill``
+    (by default "" for text, else 0)."""
     have = values.shape[1]
     if have >= width:
         return values[:, :width]
-    out = np.full((len(values), width) + values.shape[2:], _pad_value(values),
-                  dtype=values.dtype)
+    out = np.full((len(values), width) + values.shape[2:],
+                  _pad_value(values) if fill is None else fill, dtype=values.dtype)
     out[:, :have] = values
     return out
 

@@ -52,7 +52,8 @@ def apply() -> bool:
             list(inspect.signature(build).parameters) != ["self", "iterator", "data_batch"] or \
             list(inspect.signature(reduce).parameters) != ["values", "strategy", "reduction"]:
         return False
-    trainer.TensorFlowTrainer._maybe_symbolic_build = _symbolic_build_from_local(build)
+    trainer.TensorFlowTrainer._maybe_symbolic_build = _symbolic_build_from_local(build,
+                                                                                 multi_worker)
     trainer.reduce_per_replica = _scalars_across_replicas(reduce, multi_worker)
     _applied = True
     return True
@@ -71,12 +72,12 @@ def undo(build: bool = True, reduce: bool = True) -> None:
                                              trainer.reduce_per_replica)
 
 
-def _symbolic_build_from_local(original):
+def _symbolic_build_from_local(original, multi_worker):
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):
         import tensorflow as tf
 
         strategy = self._distribute_strategy
-        if strategy is None or iterator is None or not _multi_worker(strategy):
+        if strategy is None or iterator is None or not multi_worker(strategy):
             return original(self, iterator=iterator, data_batch=data_batch)
         for _, _, it in iterator:
             data_batch = tf.nest.map_structure(
@@ -109,9 +110,3 @@ def _scalars_across_replicas(original, multi_worker):
 
     reduce_per_replica.__wrapped__ = original
     return reduce_per_replica
-
-
-def _multi_worker(strategy) -> bool:
-    from keras.src.backend.tensorflow import trainer
-
-    return bool(trainer._collective_all_reduce_multi_worker(strategy))

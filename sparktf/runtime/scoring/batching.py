@@ -32,6 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sparktf.runtime.feed import columns
 from sparktf.runtime.scoring import length_groups
 
 HOLD_BYTES = 64 << 20  # the inputs held in groups before every group is called
@@ -69,6 +70,7 @@ class Calls:
 
     def __init__(self, fn, spec, device: str):
         self.fn, self.spec, self.device = fn, spec, device
+        self.pads = dict(spec.padding)  # a masked input -> its padding value
         self.batches: collections.deque[_Batch] = collections.deque()
         self.groups: dict[tuple, _Group] = {}
         self.held = 0
@@ -153,8 +155,7 @@ class Calls:
             count += take
         group.rows -= count
         self.held -= sum(getattr(v, "nbytes", 0) for _, _, p in taken for v in p.values())
-        pads = dict(self.spec.padding)
-        return taken, {name: _joined([p[name] for _, _, p in taken], pads.get(name))
+        return taken, {name: _joined([p[name] for _, _, p in taken], self.pads.get(name))
                        for name in taken[0][2]}
 
     def _distribute(self, taken: list, outputs: dict) -> None:
@@ -174,7 +175,6 @@ class Calls:
         input; an unmasked one's padding is cut off again before its call)."""
         import tensorflow as tf
 
-        pads = dict(self.spec.padding)
         sizes = [len(next(iter(arrays.values()))) for _, arrays in chunk]
         stacked, widths = {}, {}
         for name in chunk[0][1]:
@@ -182,8 +182,8 @@ class Calls:
             if name in looped.open:
                 widths[name] = tf.constant([p.shape[1] for p in parts], tf.int32)
                 width = max(p.shape[1] for p in parts)
-                fill = pads.get(name, _nothing(parts))  # an unmasked input's: cut off again
-                parts = [_pad_to(p, width, fill) for p in parts]
+                # an unmasked input's padding ("" or 0) is cut off again before its call
+                parts = [columns.widen(p, width, self.pads.get(name)) for p in parts]
             stacked[name] = np.concatenate(parts)
         starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int32)
         with tf.device(self.device):
@@ -266,31 +266,13 @@ def _joined(pieces: list, pad) -> np.ndarray:
         return pieces[0]
     if pad is not None and len({p.shape[1] for p in pieces}) > 1:
         width = max(p.shape[1] for p in pieces)
-        pieces = [_pad_to(p, width, pad) for p in pieces]
+        pieces = [columns.widen(p, width, pad) for p in pieces]
     return np.concatenate(pieces)
-
-
-def _nothing(parts: list):
-    """A value of the parts' own kind to pad with: "" or b"" for text, else 0."""
-    for part in parts:
-        if part.dtype == object and part.size:
-            first = part.flat[0]
-            return first[:0] if isinstance(first, (str, bytes)) else first
-    return 0
-
-
-def _pad_to(values: np.ndarray, width: int, pad) -> np.ndarray:
-    if values.shape[1] == width:
-        return values
-    out = np.full((len(values), width, *values.shape[2:]), pad, dtype=values.dtype)
-    out[:, :values.shape[1]] = values
-    return out
 
 
 def row_lengths(column: pa.Array, shape) -> np.ndarray | None:
     """Each row's length for an array column into an input of length None, else None."""
-    if not shape or shape[0] is not None or not (
-            pa.types.is_list(column.type) or pa.types.is_large_list(column.type)):
+    if not length_groups.open_length(column, shape):
         return None
     return pc.list_value_length(column).to_numpy(zero_copy_only=False)
 

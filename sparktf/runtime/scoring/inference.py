@@ -147,7 +147,7 @@ def prepare(spec: ScoreSpec, batch: pa.RecordBatch) -> tuple:
     if not valid.any():  # every row null: no model call, null outputs
         return valid, {}, {}, {}
     rows = batch.filter(pa.array(valid)) if not valid.all() else batch
-    pads = dict(spec.padding)
+    pads = dict(spec.padding)  # a masked input -> its padding value
     arrays, lengths, masked = {}, {}, {}
     for b in spec.inputs:
         column = _plain(rows.column(b.column))

@@ -36,12 +36,17 @@ class RowArrays:
         return len(self.rows)
 
 
+def open_length(column: pa.Array, shape) -> bool:
+    """Whether ``column`` is an array column into an input whose length is open (None)."""
+    return bool(shape) and shape[0] is None and (
+        pa.types.is_list(column.type) or pa.types.is_large_list(column.type))
+
+
 def padded_shape(column: pa.Array, name: str, shape, pad_length: int):
     """``shape`` with an open length fixed at ``pad_length`` for an array column (``TFModel``'s
     ``padLength``: one call per batch, each row padded as ``pad_sequences(maxlen=...)``
     would); refuses a longer row, naming the column."""
-    if not shape or shape[0] is not None or not (
-            pa.types.is_list(column.type) or pa.types.is_large_list(column.type)):
+    if not open_length(column, shape):
         return shape
     longest = pc.max(pc.list_value_length(column)).as_py() or 0
     if longest > pad_length:

@@ -122,14 +122,28 @@ def describe(model_path: str, signature: str) -> tuple[dict, dict]:
     Read from the SavedModel's graph metadata (``saved_model.pb``), without loading the
     variables, and kept per SavedModel identity.
     """
-    key = (identity(model_path), signature)
+    return _kept(model_path, signature, lambda: _read_signature(model_path, signature))
+
+
+def _kept(model_path: str, what: str, read):
+    """``read()``, once per SavedModel identity and ``what``: what sparktf reads of a
+    SavedModel without loading it, kept for the life of the process."""
+    key = (identity(model_path), what)
     with _DESCRIPTIONS_LOCK:
         if key in _DESCRIPTIONS:
             return _DESCRIPTIONS[key]
-    described = _read_signature(model_path, signature)
+    found = read()
     with _DESCRIPTIONS_LOCK:
-        _DESCRIPTIONS[key] = described
-    return described
+        _DESCRIPTIONS[key] = found
+    return found
+
+
+def _extra(model_path: str, relative: str) -> dict:
+    """A JSON file fit wrote beside the SavedModel's own files (empty where there is none),
+    read once per SavedModel."""
+    path = storage.join(model_path, relative)
+    return _kept(model_path, relative, lambda: json.loads(storage.read_bytes(path))
+                 if storage.exists(path) else {})
 
 
 # signature input -> the model input it takes, where TensorFlow could not keep the name
@@ -140,29 +154,13 @@ INPUT_NAMES = os.path.join("assets.extra", "sparktf_input_names.json")
 def input_names(model_path: str) -> dict[str, str]:
     """Signature input -> model input name, for the inputs fit renamed in the signature
     (empty for any other SavedModel)."""
-    key = (identity(model_path), INPUT_NAMES)  # read once per SavedModel, as describe
-    with _DESCRIPTIONS_LOCK:
-        if key in _DESCRIPTIONS:
-            return _DESCRIPTIONS[key]
-    path = storage.join(model_path, INPUT_NAMES)
-    names = json.loads(storage.read_bytes(path)) if storage.exists(path) else {}
-    with _DESCRIPTIONS_LOCK:
-        _DESCRIPTIONS[key] = names
-    return names
+    return _extra(model_path, INPUT_NAMES)
 
 
 def padding_values(model_path: str) -> dict[str, float]:
     """Signature input -> padding value, for the inputs of length None whose padding the
     model masks (``padding``: written at export; empty for any other SavedModel)."""
-    key = (identity(model_path), padding.PADDING)
-    with _DESCRIPTIONS_LOCK:
-        if key in _DESCRIPTIONS:
-            return _DESCRIPTIONS[key]
-    path = storage.join(model_path, padding.PADDING)
-    values = json.loads(storage.read_bytes(path)) if storage.exists(path) else {}
-    with _DESCRIPTIONS_LOCK:
-        _DESCRIPTIONS[key] = values
-    return values
+    return _extra(model_path, padding.PADDING)
 
 
 def _read_signature(model_path: str, signature: str) -> tuple[dict, dict]:
