@@ -1,0 +1,128 @@
+"""Asynchronous successive halving (ASHA: Li et al., "A System for Massively Parallel
+Hyperparameter Tuning", MLSys 2020): which trial trains next, and to which epoch.
+
+Pure bookkeeping, no Spark: the tuning estimator asks ``next_job`` whenever it has room
+for a fit, runs it, and ``report``s the metric the fit reached at its rung (or ``fail``s
+it). Rungs are epoch counts: ``minEpochs``, then ``reductionFactor`` times the one before,
+capped at ``maxEpochs`` (which is always the last rung). A trial that finished rung k is
+promoted to rung k + 1 as soon as it is among the best ``floor(n_k / factor)`` of the
+``n_k`` trials that finished rung k, without waiting for the trials still training: the
+asynchronous rule, which keeps every slot busy. Promotions are looked for from the top
+rung down, so the most trained trials finish first; with no promotion to make, a new trial
+starts at rung 0. When neither is possible and no fit is running, the search is over:
+every trial that finished a rung and was not promoted stopped there. A trial that fails
+(its fit fails, or its metric is NaN) stops and counts at no rung any more: its place
+among the best of a rung goes to the next trial.
+
+A promoted trial resumes from its checkpoint (the fit's ``runId``): it trains only the
+epochs between its rungs, never one twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+STOPPED, FAILED, FINISHED = "below the cut", "failed", "trained to maxEpochs"
+
+
+def rungs(min_epochs: int, max_epochs: int, factor: int) -> list[int]:
+    """The epoch counts trials are compared at: ``min_epochs`` times powers of ``factor``,
+    below ``max_epochs``, then ``max_epochs``."""
+    if min_epochs < 1 or max_epochs < min_epochs or factor < 2:
+        raise ValueError(f"rungs need 1 <= minEpochs <= maxEpochs and reductionFactor >= 2; "
+                         f"got minEpochs={min_epochs}, maxEpochs={max_epochs}, "
+                         f"reductionFactor={factor}")
+    found, epochs = [], min_epochs
+    while epochs < max_epochs:
+        found.append(epochs)
+        epochs *= factor
+    return found + [max_epochs]
+
+
+@dataclasses.dataclass
+class Trial:
+    """One point of the search: its index, the rungs it finished with their metric (lower
+    is better), and how it ended (None while it may still train)."""
+
+    index: int
+    metrics: list = dataclasses.field(default_factory=list)
+    ended: str | None = None
+    running: bool = False
+
+    @property
+    def rung(self) -> int:
+        """The last rung it finished (-1: none yet)."""
+        return len(self.metrics) - 1
+
+
+class Halving:
+    """The schedule of ``num_trials`` trials over ``rungs`` (epoch counts)."""
+
+    def __init__(self, num_trials: int, rung_epochs: list[int], factor: int):
+        self.rungs, self.factor = list(rung_epochs), factor
+        self.trials = [Trial(i) for i in range(num_trials)]
+        self.promoted: list[set[int]] = [set() for _ in self.rungs]
+        self.started = 0
+
+    def next_job(self) -> tuple[int, int, int] | None:
+        """(trial, from epoch, to epoch) to train next, or None when nothing can start now
+        (wait for a running fit's report; ``done()`` says whether the search is over)."""
+        for k in range(len(self.rungs) - 2, -1, -1):
+            trial = self._promotable(k)
+            if trial is not None:
+                self.promoted[k].add(trial.index)
+                trial.running = True
+                return trial.index, self.rungs[k], self.rungs[k + 1]
+        if self.started < len(self.trials):
+            trial = self.trials[self.started]
+            self.started += 1
+            trial.running = True
+            return trial.index, 0, self.rungs[0]
+        return None
+
+    def _promotable(self, k: int) -> Trial | None:
+        """The best trial of rung k that is among its top ``floor(n_k / factor)`` and not
+        promoted yet (the trials that finished rung k: n_k, failed ones excluded)."""
+        finished = [t for t in self.trials if t.rung >= k and t.ended != FAILED]
+        top = sorted(finished, key=lambda t: (t.metrics[k], t.index))
+        for trial in top[:len(finished) // self.factor]:
+            if trial.index not in self.promoted[k]:
+                return trial
+        return None
+
+    def report(self, index: int, metric: float) -> None:
+        """The metric (lower is better) trial ``index`` reached at the end of its job;
+        NaN or infinite: the trial failed."""
+        trial = self.trials[index]
+        trial.running = False
+        if metric is None or not math.isfinite(metric):
+            trial.ended = FAILED
+            return
+        trial.metrics.append(float(metric))
+        if trial.rung == len(self.rungs) - 1:
+            trial.ended = FINISHED
+
+    def fail(self, index: int) -> None:
+        """Trial ``index``'s fit failed: it is stopped, and counts at no rung after."""
+        self.trials[index].running = False
+        self.trials[index].ended = FAILED
+
+    def done(self) -> bool:
+        """No fit runs and none can start: every trial still open stopped where it is."""
+        if any(t.running for t in self.trials) or self.started < len(self.trials) or any(
+                self._promotable(k) is not None for k in range(len(self.rungs) - 1)):
+            return False
+        for trial in self.trials:
+            if trial.ended is None:
+                trial.ended = STOPPED
+        return True
+
+    def best(self) -> Trial | None:
+        """The trial that reached the highest rung with the best metric there."""
+        reached = [t for t in self.trials if t.metrics and t.ended != FAILED]
+        if not reached:
+            return None
+        top = max(t.rung for t in reached)
+        return min((t for t in reached if t.rung == top), key=lambda t: (t.metrics[-1],
+                                                                         t.index))

@@ -1,0 +1,98 @@
+"""Asynchronous successive halving's bookkeeping (sparktf.ml.halving) against a schedule
+computed by hand, and its invariants over generated searches."""
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sparktf.ml import halving
+
+RUNG0 = [5, 3, 8, 1, 9, 2, 7, 6, 4]  # each trial's metric at rung 0 (lower is better)
+
+
+def _metric(trial: int, rung: int) -> float:
+    return RUNG0[trial] - 0.5 * rung
+
+
+def test_rungs_are_min_epochs_times_powers_of_the_factor_then_max_epochs():
+    assert halving.rungs(1, 27, 3) == [1, 3, 9, 27]
+    assert halving.rungs(2, 20, 3) == [2, 6, 18, 20]
+    assert halving.rungs(5, 5, 3) == [5]
+    with pytest.raises(ValueError, match="reductionFactor >= 2"):
+        halving.rungs(1, 9, 1)
+
+
+def test_nine_trials_on_one_slot_follow_the_schedule_computed_by_hand():
+    """Rungs 1, 3, 9 epochs, factor 3, one fit at a time: a trial is promoted as soon as
+    it is among the best third of those that finished its rung."""
+    search = halving.Halving(9, halving.rungs(1, 9, 3), 3)
+    jobs = []
+    while (job := search.next_job()) is not None:
+        jobs.append(job)
+        trial, _, to = job
+        search.report(trial, _metric(trial, halving.rungs(1, 9, 3).index(to)))
+    assert jobs == [(0, 0, 1), (1, 0, 1), (2, 0, 1), (1, 1, 3), (3, 0, 1), (3, 1, 3),
+                    (4, 0, 1), (5, 0, 1), (5, 1, 3), (3, 3, 9), (6, 0, 1), (7, 0, 1),
+                    (8, 0, 1)]
+    assert search.done()
+    epochs = [sum(to - start for t, start, to in jobs if t == i) for i in range(9)]
+    assert epochs == [1, 3, 1, 9, 1, 3, 1, 1, 1]  # 21 epochs, where a grid trains 81
+    assert search.best().index == 3 and search.best().metrics == [1, 0.5, 0.0]
+    assert [t.ended for t in search.trials] == [halving.STOPPED] * 3 + [halving.FINISHED] + \
+        [halving.STOPPED] * 5
+
+
+def test_a_failed_or_diverged_trial_is_stopped_and_never_counted():
+    search = halving.Halving(3, [1, 3], 3)
+    assert search.next_job() == (0, 0, 1)
+    search.fail(0)
+    assert search.next_job() == (1, 0, 1)
+    search.report(1, math.nan)
+    assert search.next_job() == (2, 0, 1)
+    search.report(2, 0.7)
+    assert search.next_job() is None and search.done()
+    assert [t.ended for t in search.trials] == [halving.FAILED, halving.FAILED,
+                                                halving.STOPPED]
+    assert search.best().index == 2
+    every_failed = halving.Halving(1, [1], 3)
+    every_failed.next_job()
+    every_failed.fail(0)
+    assert every_failed.done() and every_failed.best() is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(num_trials=st.integers(1, 30), slots=st.integers(1, 5),
+       schedule=st.sampled_from([(1, 9, 3), (1, 27, 3), (2, 16, 2), (3, 3, 3)]),
+       data=st.data())
+def test_any_search_trains_no_epoch_twice_and_promotes_only_the_top_fraction(
+        num_trials, slots, schedule, data):
+    rung_epochs = halving.rungs(*schedule)
+    factor = schedule[2]
+    search = halving.Halving(num_trials, rung_epochs, factor)
+    metrics = {}
+    running, trained = [], {i: 0 for i in range(num_trials)}
+    while True:
+        while len(running) < slots and (job := search.next_job()) is not None:
+            trial, start, to = job
+            assert start == trained[trial], "a trial resumes where it stopped"
+            if start:  # a promotion: among the best floor(n / factor) of its rung (a
+                # trial that failed since counts at no rung: its place goes to the next)
+                k = rung_epochs.index(start)
+                failed = {t.index for t in search.trials if t.ended == halving.FAILED}
+                finished = sorted(metrics[(t, k)] for (t, r) in metrics
+                                  if r == k and t not in failed)
+                assert metrics[(trial, k)] <= finished[len(finished) // factor - 1]
+            running.append(job)
+        if not running:
+            break
+        trial, start, to = running.pop(data.draw(st.integers(0, len(running) - 1)))
+        trained[trial] = to
+        outcome = data.draw(st.one_of(st.floats(0, 10), st.just(math.nan)))
+        if outcome == outcome:
+            metrics[(trial, rung_epochs.index(to))] = outcome
+        search.report(trial, outcome)
+    assert search.done()
+    assert all(t.ended is not None and not t.running for t in search.trials)
+    assert max(trained.values()) <= rung_epochs[-1]
