@@ -162,7 +162,8 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                 results = launch.launch(spark, stage, frame, on_event=progress)
                 model = self._make_model(results)
                 if self.getRunId() is not None:  # the history as the model has it
-                    runs.finish(run_dir, {**_chief(results), "history": model.getHistory()})
+                    runs.finish(run_dir, {**_chief(results), "history": model.getHistory()},
+                                self.getEpochs())
                 events.log_phase(None, "model made")
                 if "mlflow" in sys.modules:  # MLflow is optional: only if the app uses it
                     from sparktf.ml import tracking
@@ -283,7 +284,8 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
             callbacks=tuple(self.getCallbacks()), evaluator=self.getEvaluator(),
             summary_steps=self.getSummarySteps(), weight_column=self.getWeightColOrNone(),
             keep_best=self.getKeepBest(), keep_best_mode=self.getKeepBestMode(),
-            class_weight=self.getClassWeight())
+            class_weight=self.getClassWeight(),
+            export_name=runs.export_name(model_dir, self.getEpochs()))
 
     def _training_frame(self, dataset: DataFrame, features: list[str]):
         """The columns the workers need, plus the validation flag if any, and with

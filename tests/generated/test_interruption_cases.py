@@ -2,8 +2,9 @@
 epoch, between a callback's file write and the checkpoint, during the export, while the
 driver writes ``result.json``), over generated settings (Dropout or not, ``keepBest``,
 ``EarlyStopping``, ``CSVLogger``, validation by fraction or column, shuffle, class
-weights, 1-3 workers), then resumed by ``runId`` (the loss was the user's or the
-driver's) or relaunched by ``maxRetries`` (its process was killed). The oracle is the same
+weights, 1-3 workers, a run first finished to fewer epochs and then asked for more),
+then resumed by ``runId`` (the loss was the user's or the driver's) or relaunched by
+``maxRetries`` (its process was killed). The oracle is the same
 fit never interrupted: history, exported weights and the CSV file must be equal.
 
 ``make test`` runs a seeded 4; ``make fuzz`` (``SPARKTF_FUZZ=1``) 100 drawn afresh.
@@ -100,6 +101,8 @@ def cases(draw):
         "patience": draw(st.sampled_from([None, 1, 2])),
         "seed": draw(st.integers(0, 1000)),
         "save_every": draw(st.sampled_from([None, 2, 3])),
+        # the run finished fewer epochs first, then was asked for all (issue 48's promotion)
+        "first_epochs": draw(st.sampled_from([None, *range(1, epochs)])),
     }
     steps = max(1, -(-ROWS * 3 // 4 // case["batch"]))  # fewest steps an epoch has
     point = draw(st.one_of(
@@ -123,7 +126,7 @@ def _frame(spark):
         "features array<double>, label int, held boolean")
 
 
-def _estimator(case, folder, name, lose):
+def _estimator(case, folder, name, lose, epochs=None):
     callbacks = [keras.callbacks.CSVLogger(os.path.join(folder, f"{name}.csv"))]
     if case["save_every"]:  # a file every few steps, counted across epochs
         callbacks.append(keras.callbacks.ModelCheckpoint(
@@ -134,7 +137,7 @@ def _estimator(case, folder, name, lose):
                                                        patience=case["patience"]))
     callbacks.append(lose)
     params = dict(modelFn=classifier, hyperParams={"dropout": case["dropout"]},
-                  numWorkers=case["workers"], epochs=case["epochs"],
+                  numWorkers=case["workers"], epochs=epochs or case["epochs"],
                   batchSize=case["batch"], learningRate=0.02, shuffle=case["shuffle"],
                   seed=case["seed"], callbacks=callbacks, modelDir=os.path.join(folder, "m"),
                   runId=name, maxRetries=1 if case["kill"] else 0)
@@ -183,6 +186,9 @@ def _lose_and_compare(spark, case, folder):
     open(never, "w").close()
     whole = _estimator(case, folder, "whole", Lose(point, never, False, 0)).fit(frame)
 
+    if case["first_epochs"]:  # finished first, then continued to the case's epochs
+        _estimator(case, folder, "run", Lose(point, never, False, 0),
+                   case["first_epochs"]).fit(frame)
     lost = Lose(point, os.path.join(folder, f"lost-{uuid.uuid4().hex}"), case["kill"],
                 case["rank"])
     run = _estimator(case, folder, "run", lost)

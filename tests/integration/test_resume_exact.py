@@ -279,3 +279,70 @@ def test_a_frame_computed_in_another_order_each_time_gives_the_same_fit(spark, e
     first, second = (TFEstimator(**fit).fit(frame).getHistory() for _ in range(2))
     print(first, second, sep="\n")
     assert first == second
+
+
+class EpochsTrained(keras.callbacks.Callback):
+    """Rank 0 appends each epoch it trains to ``path``: what a fit trained, not what its
+    history says."""
+
+    def __init__(self, path):
+        super().__init__()
+        self.path = path
+
+    def on_epoch_begin(self, epoch, logs=None):
+        import json
+        if json.loads(os.environ["TF_CONFIG"])["task"]["index"] == 0:
+            with open(self.path, "a") as f:
+                f.write(f"{epoch}\n")
+
+
+def _trained(path):
+    with open(path) as f:
+        epochs = [int(line) for line in f]
+    os.remove(path)
+    return epochs
+
+
+def test_a_run_asked_for_more_epochs_continues_from_its_checkpoint_as_one_fit(spark, tmp_path):
+    """What successive halving promotes a trial with (issue 48): a finished run asked for
+    more epochs trains only the epochs it lacks, from its last checkpoint, and ends as the
+    fit asked for them from the start (Dropout, shuffled batches, held-out rows, keepBest,
+    ReduceLROnPlateau's counters). Before: refused, epochs was a setting it could not
+    change. The earlier result's model stays as it was; fewer epochs are refused."""
+    frame = _frame(spark).cache()
+    log = str(tmp_path / "epochs")
+    common = dict(modelFn=dropout_classifier, numWorkers=2, batchSize=16, learningRate=0.02,
+                  shuffle=True, seed=11, validationFraction=0.25, keepBest="val_loss",
+                  modelDir=str(tmp_path / "m"))
+
+    def callbacks():
+        return [keras.callbacks.ReduceLROnPlateau("loss", factor=0.5, patience=1,
+                                                  min_delta=100.0),
+                EpochsTrained(log)]
+
+    whole = TFEstimator(runId="whole", epochs=6, callbacks=callbacks(), **common).fit(frame)
+    assert _trained(log) == [0, 1, 2, 3, 4, 5]
+    first = TFEstimator(runId="run", epochs=2, callbacks=callbacks(), **common).fit(frame)
+    assert _trained(log) == [0, 1]
+    scored = first.transform(frame).select("probability").collect()
+    more = TFEstimator(runId="run", epochs=4, callbacks=callbacks(), **common).fit(frame)
+    assert _trained(log) == [2, 3]
+    most = TFEstimator(runId="run", epochs=6, callbacks=callbacks(), **common).fit(frame)
+    assert _trained(log) == [4, 5]
+
+    print("whole    ", whole.getHistory())
+    print("continued", most.getHistory())
+    assert most.getHistory().keys() == whole.getHistory().keys()
+    for key, values in whole.getHistory().items():
+        np.testing.assert_allclose(most.getHistory()[key], values, rtol=1e-6, err_msg=key)
+    assert whole.getHistory()["learning_rate"][-1] < 0.02  # the plateau's counters carried
+    for a, b in zip(most.getKerasModel().get_weights(), whole.getKerasModel().get_weights(),
+                    strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    assert len({first.getModelPath(), more.getModelPath(), most.getModelPath()}) == 3
+    assert first.transform(frame).select("probability").collect() == scored
+
+    returned = TFEstimator(runId="run", epochs=6, callbacks=callbacks(), **common).fit(frame)
+    assert returned.getModelPath() == most.getModelPath() and not os.path.exists(log)
+    with pytest.raises(sparktf.InvalidInputError, match="trained 6 epochs already"):
+        TFEstimator(runId="run", epochs=4, callbacks=callbacks(), **common).fit(frame)

@@ -17,7 +17,6 @@ from sparktf.runtime.training import bindings as binding
 from sparktf.runtime.training import keras_steps
 from sparktf.runtime.training.spec import (
     BUILDER_IN_SAVED_MODEL,
-    EXPORT_DIR,
     KERAS_IN_SAVED_MODEL,
     SAVED_MODEL,
     TrainSpec,
@@ -63,7 +62,7 @@ def _export(model, spec: TrainSpec, ctx, inputs) -> tuple[str, dict[str, str]]:
     model with several outputs names the signature's outputs after its own (``price``,
     ``dear``), not Keras's ``output_0``, ``output_1``.
     """
-    target = storage.join(spec.model_dir, EXPORT_DIR)
+    target = storage.join(spec.model_dir, spec.export_name)
     renamed: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="sparktf-export-",
                                      dir=storage.scratch_root()) as local:

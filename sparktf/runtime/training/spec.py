@@ -48,6 +48,7 @@ class TrainSpec:
     missing_features: str | None = None
     keep_best: str | None = None  # export the epoch with the best value of this metric
     keep_best_mode: str = "auto"  # "min", "max" or "auto", as Keras's monitor
+    export_name: str = EXPORT_DIR  # the export's folder in model_dir (runs.export_name)
 
     @property
     def validates_in_loop(self) -> bool:
