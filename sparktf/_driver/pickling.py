@@ -20,6 +20,7 @@ the working directory, a folder the script put on ``sys.path``.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import importlib.metadata
@@ -28,6 +29,7 @@ import os
 import site
 import sys
 import sysconfig
+import threading
 import types
 from typing import Any, Sequence
 
@@ -144,18 +146,35 @@ def by_value(objects: Sequence[Any]):
 
     A function from a script's or notebook's neighbouring module would otherwise be
     pickled by reference and fail to import on the executors.
+
+    Fits pickling at once (``CrossValidator(parallelism=2)``, a ``HalvingSearch``) share
+    the registrations: a module stays registered until the last block that asked for it
+    ends, and one the application registered itself stays registered.
     """
     roots = ImportRoots()
     modules = _reached({m.__name__: m for m in (own_module(o, roots)
                                                 for o in _with_partials_parts(objects))
                         if m is not None}, roots)
-    for module in modules.values():
-        cloudpickle.register_pickle_by_value(module)
+    with _REGISTERED_LOCK:
+        for name, module in modules.items():
+            if not _REGISTERED[name] and name in cloudpickle.list_registry_pickle_by_value():
+                _REGISTERED[name] += 1  # the application's own: never unregistered here
+            if not _REGISTERED[name]:
+                cloudpickle.register_pickle_by_value(module)
+            _REGISTERED[name] += 1
     try:
         yield
     finally:
-        for module in modules.values():
-            cloudpickle.unregister_pickle_by_value(module)
+        with _REGISTERED_LOCK:
+            for name, module in modules.items():
+                _REGISTERED[name] -= 1
+                if not _REGISTERED[name]:
+                    cloudpickle.unregister_pickle_by_value(module)
+
+
+# module name -> how many by_value blocks (and 1 for the application's own) hold it
+_REGISTERED: collections.Counter = collections.Counter()
+_REGISTERED_LOCK = threading.Lock()
 
 
 def _with_partials_parts(objects: Sequence[Any]) -> list:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import itertools
 import logging
@@ -33,6 +34,9 @@ from sparktf.runtime.feed.row_checks import RowChecks
 logger = logging.getLogger("sparktf")
 
 VALIDATION_FLAG = "__sparktf_validation__"
+# whether a fit logs itself to the active MLflow run (a HalvingSearch's trials do not: the
+# search logs each as a child run)
+LOGS_TO_MLFLOW = contextvars.ContextVar("sparktf_fit_logs_to_mlflow", default=True)
 
 
 @add_setters
@@ -165,7 +169,8 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                     runs.finish(run_dir, {**_chief(results), "history": model.getHistory()},
                                 self.getEpochs())
                 events.log_phase(None, "model made")
-                if "mlflow" in sys.modules:  # MLflow is optional: only if the app uses it
+                # MLflow is optional: only if the app uses it
+                if "mlflow" in sys.modules and LOGS_TO_MLFLOW.get():
                     from sparktf.ml import tracking
                     tracking.log_fit(self, model)
                 return model

@@ -23,6 +23,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from sparktf.errors import InvalidInputError
+
 STOPPED, FAILED, FINISHED = "below the cut", "failed", "trained to maxEpochs"
 
 
@@ -30,9 +32,10 @@ def rungs(min_epochs: int, max_epochs: int, factor: int) -> list[int]:
     """The epoch counts trials are compared at: ``min_epochs`` times powers of ``factor``,
     below ``max_epochs``, then ``max_epochs``."""
     if min_epochs < 1 or max_epochs < min_epochs or factor < 2:
-        raise ValueError(f"rungs need 1 <= minEpochs <= maxEpochs and reductionFactor >= 2; "
-                         f"got minEpochs={min_epochs}, maxEpochs={max_epochs}, "
-                         f"reductionFactor={factor}")
+        raise InvalidInputError(
+            "HalvingSearch needs 1 <= minEpochs <= maxEpochs and reductionFactor >= 2. "
+            f"Received: minEpochs={min_epochs}, maxEpochs={max_epochs}, "
+            f"reductionFactor={factor}")
     found, epochs = [], min_epochs
     while epochs < max_epochs:
         found.append(epochs)
@@ -84,12 +87,16 @@ class Halving:
     def _promotable(self, k: int) -> Trial | None:
         """The best trial of rung k that is among its top ``floor(n_k / factor)`` and not
         promoted yet (the trials that finished rung k: n_k, failed ones excluded)."""
-        finished = [t for t in self.trials if t.rung >= k and t.ended != FAILED]
-        top = sorted(finished, key=lambda t: (t.metrics[k], t.index))
-        for trial in top[:len(finished) // self.factor]:
-            if trial.index not in self.promoted[k]:
+        finished = self.at_rung(k)
+        for trial in finished[:len(finished) // self.factor]:
+            if trial.index not in self.promoted[k] and trial.ended is None:
                 return trial
         return None
+
+    def at_rung(self, k: int) -> list[Trial]:
+        """The trials that finished rung k and did not fail, best first."""
+        finished = [t for t in self.trials if t.rung >= k and t.ended != FAILED]
+        return sorted(finished, key=lambda t: (t.metrics[k], t.index))
 
     def report(self, index: int, metric: float) -> None:
         """The metric (lower is better) trial ``index`` reached at the end of its job;
@@ -102,6 +109,12 @@ class Halving:
         trial.metrics.append(float(metric))
         if trial.rung == len(self.rungs) - 1:
             trial.ended = FINISHED
+
+    def end(self, index: int, why: str) -> None:
+        """Trial ``index`` can train no further (a callback of its fit stopped it): it keeps
+        its place among the best of its rung, as a promoted trial would, and is not
+        promoted."""
+        self.trials[index].ended = why
 
     def fail(self, index: int) -> None:
         """Trial ``index``'s fit failed: it is stopped, and counts at no rung after."""

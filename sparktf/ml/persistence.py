@@ -28,9 +28,9 @@ _EXACT = ("hyperParams",)  # pickled beside the metadata too; the metadata has a
 MODEL_SOURCE = "sparktfModelSource"
 
 
-def _json_params(instance) -> dict:
+def _json_params(instance, leave_out=_NOT_JSON) -> dict:
     return {p.name: json_view(v) if p.name in _EXACT else v
-            for p, v in instance._paramMap.items() if p.name not in _NOT_JSON}
+            for p, v in instance._paramMap.items() if p.name not in leave_out}
 
 
 def json_view(value):
@@ -86,6 +86,8 @@ def _load_instance(cls, path: str, sc):
 class _StageWriter(MLWriter):
     """Params metadata (with the format version), then the stage's own artifacts."""
 
+    leave_out = _NOT_JSON  # Params saved as artifacts, not in the JSON metadata
+
     def __init__(self, instance):
         super().__init__()
         self.instance = instance
@@ -99,7 +101,7 @@ class _StageWriter(MLWriter):
     def saveImpl(self, path: str) -> None:
         DefaultParamsWriter.saveMetadata(self.instance, path, self.sparkSession,
                                          extraMetadata={**_extra(), **self.extra_metadata()},
-                                         paramMap=_json_params(self.instance))
+                                         paramMap=_json_params(self.instance, self.leave_out))
         self.save_artifacts(path)
 
     def extra_metadata(self) -> dict:

@@ -1,0 +1,213 @@
+"""The trials of a ``HalvingSearch``: their Params (a grid, or draws from distributions),
+and one trial's fit to a rung (``Trials.train``): a ``TFEstimator`` fit of the trial's
+own ``runId``, asked for the rung's epochs, so a promoted trial continues from its
+checkpoint and trains only the epochs it lacks.
+
+A ``Pipeline`` whose last stage is the ``TFEstimator`` is tuned the same way: the stages
+before it are fitted once per setting of their own Params (once for a grid that tunes
+only the network) and the trial's model is their models plus its ``TFModel``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import threading
+from typing import Any
+
+import numpy as np
+from pyspark.ml import Pipeline, PipelineModel
+from pyspark.ml.param import Param
+
+from sparktf.errors import InvalidInputError
+from sparktf.ml.estimator import LOGS_TO_MLFLOW, TFEstimator
+
+
+@dataclasses.dataclass(frozen=True)
+class Distribution:
+    """What a sampled trial draws for one Param or ``hyperParams`` key: ``uniform``,
+    ``logUniform`` or ``choice``."""
+
+    kind: str
+    args: tuple
+
+    def draw(self, rng: np.random.Generator):
+        if self.kind == "uniform":
+            return float(rng.uniform(*self.args))
+        if self.kind == "logUniform":
+            return float(math.exp(rng.uniform(math.log(self.args[0]), math.log(self.args[1]))))
+        value = self.args[int(rng.integers(len(self.args)))]
+        return value.item() if hasattr(value, "item") else value
+
+    def __repr__(self) -> str:
+        return f"{self.kind}({', '.join(map(repr, self.args))})"
+
+
+def uniform(low: float, high: float) -> Distribution:
+    """A number drawn uniformly from [low, high)."""
+    _check_range("uniform", low, high, positive=False)
+    return Distribution("uniform", (float(low), float(high)))
+
+
+def logUniform(low: float, high: float) -> Distribution:  # noqa: N802 - pyspark's casing
+    """A number whose logarithm is drawn uniformly: as likely in [1e-4, 1e-3) as in
+    [1e-3, 1e-2) (learning rates)."""
+    _check_range("logUniform", low, high, positive=True)
+    return Distribution("logUniform", (float(low), float(high)))
+
+
+def choice(values) -> Distribution:
+    """One of ``values``, each as likely."""
+    values = tuple(values) if isinstance(values, (list, tuple)) else None
+    if not values:
+        raise InvalidInputError(f"choice takes a non-empty list of values. Received: {values!r}")
+    return Distribution("choice", values)
+
+
+def _check_range(kind: str, low, high, positive: bool) -> None:
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                  for v in (low, high))
+    if not numbers or not low < high or positive and low <= 0:
+        raise InvalidInputError(
+            f"{kind}(low, high) takes finite numbers with low < high"
+            + (" and low > 0" if positive else "") + f". Received: {kind}({low!r}, {high!r})")
+
+
+def tuned_stage(estimator) -> tuple[TFEstimator, list]:
+    """The ``TFEstimator`` to tune and the stages before it (a Pipeline's)."""
+    if isinstance(estimator, TFEstimator):
+        return estimator, []
+    if isinstance(estimator, Pipeline):
+        stages = list(estimator.getStages())
+        if stages and isinstance(stages[-1], TFEstimator):
+            return stages[-1], stages[:-1]
+    raise InvalidInputError(
+        "HalvingSearch tunes a TFEstimator, or a Pipeline whose last stage is one: a trial "
+        "continues from its checkpoint, which only a TFEstimator keeps. Received: "
+        f"estimator={type(estimator).__name__}")
+
+
+def sampled(stage: TFEstimator, distributions: dict, num_trials: int, seed: int) -> list[dict]:
+    """``num_trials`` param maps drawn from ``distributions`` ({Param or hyperParams key:
+    Distribution or list}); trial i draws in the keys' order from one seeded stream."""
+    rng = np.random.default_rng(seed)
+    base = stage.getHyperParams()
+    maps = []
+    for _ in range(num_trials):
+        drawn: dict = {}
+        hyper = dict(base)
+        for key, dist in distributions.items():
+            dist = dist if isinstance(dist, Distribution) else choice(dist)
+            if isinstance(key, Param):
+                drawn[key] = dist.draw(rng)
+            else:
+                hyper[key] = dist.draw(rng)
+        if hyper != base:
+            drawn[stage.hyperParams] = hyper
+        maps.append(drawn)
+    return maps
+
+
+def check_maps(maps: list[dict], stage: TFEstimator, prefix: list) -> None:
+    """Refuses what the search cannot tune, before any job: ``epochs`` (the rungs decide
+    it), ``runId`` and ``modelDir`` (each trial has its own), a Param of no stage."""
+    owners = {stage.uid, *(s.uid for s in prefix)}
+    for param_map in maps:
+        for param in param_map:
+            if not isinstance(param, Param) or param.parent not in owners:
+                raise InvalidInputError(
+                    f"{param!r} is not a Param of the estimator's stages: tune the "
+                    "estimator's own Params (est.learningRate), or keys of hyperParams.")
+            if param.parent == stage.uid and param.name in ("epochs", "runId", "modelDir"):
+                raise InvalidInputError(
+                    f"HalvingSearch decides {param.name} for its trials"
+                    + (": set minEpochs and maxEpochs instead" if param.name == "epochs"
+                       else "") + f". Remove {param.name} from the grid or distributions.")
+
+
+def labels(maps: list[dict], stage: TFEstimator) -> list[dict]:
+    """Each trial's Params as people read them: ``{"learningRate": 0.01, "units": 32}``
+    (``hyperParams`` keys that differ between trials as names of their own; a Param of a
+    Pipeline's earlier stage as ``Stage.name``)."""
+    hyper_keys = sorted({k for m in maps for k in m.get(stage.hyperParams, {})
+                         if len({json.dumps(_plain(x.get(stage.hyperParams, {}).get(k)),
+                                            default=repr) for x in maps}) > 1}, key=str)
+    out = []
+    for param_map in maps:
+        shown: dict[str, Any] = {}
+        for param, value in param_map.items():
+            if param == stage.hyperParams:
+                shown.update({str(k): _plain(value.get(k)) for k in hyper_keys})
+            else:
+                name = param.name if param.parent == stage.uid else \
+                    f"{param.parent.rsplit('_', 1)[0]}.{param.name}"
+                shown[name] = _plain(value)
+        out.append(shown)
+    return out
+
+
+def _plain(value):
+    return value.item() if hasattr(value, "item") else value
+
+
+class Trials:
+    """Runs the trials' fits: trial ``i`` is the run ``trial-<i>`` under ``folder``."""
+
+    def __init__(self, estimator, maps: list[dict], folder: str, train, validation=None,
+                 evaluator=None, metric: str | None = None):
+        self.stage, self.prefix = tuned_stage(estimator)
+        self.maps, self.folder = maps, folder
+        self.train_rows, self.validation, self.evaluator = train, validation, evaluator
+        self.metric = metric
+        self.models: dict[int, Any] = {}
+        self.histories: dict[int, dict] = {}
+        self._prefix_models: dict[str, PipelineModel] = {}
+        self._lock = threading.Lock()
+        self.estimators = [self._estimator(i) for i in range(len(maps))]  # refuses early
+
+    def _estimator(self, index: int) -> TFEstimator:
+        own = {p: v for p, v in self.maps[index].items() if p.parent == self.stage.uid}
+        return self.stage.copy(own).setRunId(f"trial-{index:03d}") \
+            .setModelDir(self.folder).setVerbose(0)
+
+    def _prefix_model(self, index: int) -> PipelineModel | None:
+        """The fitted stages before the TFEstimator for this trial's Params (fitted once
+        per setting of theirs)."""
+        if not self.prefix:
+            return None
+        own = {p: v for p, v in self.maps[index].items() if p.parent != self.stage.uid}
+        key = json.dumps(sorted((p.parent, p.name, repr(v)) for p, v in own.items()))
+        with self._lock:
+            if key not in self._prefix_models:
+                self._prefix_models[key] = Pipeline(stages=self.prefix).copy(own).fit(
+                    self.train_rows)
+            return self._prefix_models[key]
+
+    def train(self, index: int, epochs: int) -> float:
+        """Fits trial ``index`` to ``epochs`` (continuing its run); its metric there. Raises
+        what the fit raises (a ``TaskFailedError`` is the trial's own failure)."""
+        token = LOGS_TO_MLFLOW.set(False)  # the search logs its trials
+        try:
+            prefix = self._prefix_model(index)
+            rows = prefix.transform(self.train_rows) if prefix is not None else self.train_rows
+            fitted = self.estimators[index].copy({self.stage.epochs: epochs}).fit(rows)
+        finally:
+            LOGS_TO_MLFLOW.reset(token)
+        model = PipelineModel([*prefix.stages, fitted]) if prefix is not None else fitted
+        history = fitted.getHistory()
+        with self._lock:
+            self.models[index], self.histories[index] = model, history
+        if self.evaluator is not None:
+            return float(self.evaluator.evaluate(model.transform(self.validation)))
+        values = history.get(self.metric)
+        if not values:
+            raise InvalidInputError(
+                f"metric={self.metric!r} is not in the fit's history, which has "
+                f"{sorted(history)}: name a key of it (val_ keys need validationFraction or "
+                "validationCol on the estimator), or give an evaluator.")
+        return float(values[min(epochs, len(values)) - 1])
+
+    def epochs_trained(self, index: int) -> int:
+        history = self.histories.get(index) or {}
+        return max((len(v) for k, v in history.items() if k != "best_epoch"), default=0)

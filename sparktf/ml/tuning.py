@@ -1,0 +1,394 @@
+"""``HalvingSearch``: tuning that stops bad trials early, as a pyspark.ml ``Estimator``.
+
+Asynchronous successive halving (``halving``) over a ``ParamGridBuilder`` grid or
+sampled trials: every trial trains ``minEpochs``; as soon as a trial is among the best
+1/``reductionFactor`` of those that reached its rung, it continues from its checkpoint
+to the next rung (``reductionFactor`` times the epochs, up to ``maxEpochs``); the others
+stop there. ``parallelism`` trials train at once, each a ``TFEstimator`` fit of its own
+``runId`` (``trials``). The metric is a key of the fits' history (``metric``, e.g.
+``val_loss``) or an ``evaluator`` on validation rows held out as ``TrainValidationSplit``
+holds them (``trainRatio``, ``seed``).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as futures
+import logging
+import math
+import sys
+import time
+import uuid
+
+from pyspark import keyword_only
+from pyspark.ml import Estimator, Model
+from pyspark.ml.param import Param, Params, TypeConverters
+from pyspark.ml.param.shared import HasSeed
+from pyspark.ml.util import MLReadable, MLWritable
+from pyspark.sql import functions as F
+from pyspark.util import inheritable_thread_target
+
+from sparktf._driver import checks, sessions
+from sparktf.errors import InvalidInputError, SparkTFError, TaskFailedError
+from sparktf.ml import halving, scratch, trials
+from sparktf.ml.param_values import choice as one_of
+from sparktf.ml.param_values import int_at_least, new_param, verbosity
+from sparktf.ml.params import add_setters, without_none
+from sparktf.ml.trials import choice, logUniform, uniform
+from sparktf.runtime import storage
+
+__all__ = ["HalvingSearch", "HalvingSearchModel", "uniform", "logUniform", "choice"]
+
+logger = logging.getLogger("sparktf")
+_MAXIMIZED = ("acc", "auc", "precision", "recall", "f1", "iou", "r2")
+
+
+class _HalvingSearchParams(HasSeed):
+    estimator: Param = Param(Params._dummy(), "estimator", "the TFEstimator to tune, or a "
+                             "Pipeline whose last stage is one")
+    estimatorParamMaps: Param = Param(Params._dummy(), "estimatorParamMaps", "the trials' "
+                                      "Params: a ParamGridBuilder grid")
+    paramDistributions: Param = Param(Params._dummy(), "paramDistributions", "sampled trials: "
+                                      "Param or hyperParams key -> uniform, logUniform, "
+                                      "choice (or a list)")
+    numTrials: Param = new_param("numTrials", "how many trials to draw from "
+                                 "paramDistributions", int_at_least("numTrials", 1))
+    evaluator: Param = Param(Params._dummy(), "evaluator", "a pyspark evaluator of each "
+                             "trial's model on the held-out rows at each rung (instead of "
+                             "metric)")
+    metric: Param = new_param("metric", "the key of the fit's history the trials are "
+                              "compared by (e.g. 'val_loss'), at each rung's last epoch",
+                              TypeConverters.toString)
+    metricMode: Param = new_param("metricMode", "'min', 'max', or 'auto' (max for accuracy, "
+                                  "AUC, precision, recall, F1 keys; else min)",
+                                  one_of("metricMode", ("auto", "min", "max")))
+    minEpochs: Param = new_param("minEpochs", "epochs every trial trains (the first rung)",
+                                 int_at_least("minEpochs", 1))
+    maxEpochs: Param = new_param("maxEpochs", "epochs of the last rung (unset: the "
+                                 "estimator's epochs)", int_at_least("maxEpochs", 1))
+    reductionFactor: Param = new_param("reductionFactor", "each rung trains this many times "
+                                       "the epochs of the one before, for the best 1/factor "
+                                       "of its trials", int_at_least("reductionFactor", 2))
+    parallelism: Param = new_param("parallelism", "trials training at once (unset: as many "
+                                   "as the cluster's task slots hold)",
+                                   int_at_least("parallelism", 1))
+    trainRatio: Param = new_param("trainRatio", "with an evaluator: the fraction of rows the "
+                                  "trials train on (the rest validate), as TrainValidationSplit",
+                                  TypeConverters.toFloat)
+    verbose: Param = new_param("verbose", "0: silent; 1 or 2: a line per rung decision",
+                               verbosity)
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self._setDefault(metric="val_loss", metricMode="auto", minEpochs=1,
+                         reductionFactor=3, trainRatio=0.75, verbose=1, seed=0)
+
+    def getEstimator(self):
+        return self.getOrDefault(self.estimator)
+
+    def getEstimatorParamMaps(self) -> list | None:
+        return self.getOrDefault(self.estimatorParamMaps) \
+            if self.isDefined(self.estimatorParamMaps) else None
+
+    def getParamDistributions(self) -> dict | None:
+        return self.getOrDefault(self.paramDistributions) \
+            if self.isDefined(self.paramDistributions) else None
+
+    def getEvaluator(self):
+        return self.getOrDefault(self.evaluator) if self.isDefined(self.evaluator) else None
+
+    def getMaxEpochs(self) -> int:
+        if self.isDefined(self.maxEpochs):
+            return self.getOrDefault(self.maxEpochs)
+        return trials.tuned_stage(self.getEstimator())[0].getEpochs()
+
+    def getParallelism(self) -> int | None:
+        return self.getOrDefault(self.parallelism) if self.isDefined(self.parallelism) \
+            else None
+
+    def larger_is_better(self) -> bool:
+        evaluator = self.getEvaluator()
+        if evaluator is not None:
+            return evaluator.isLargerBetter()
+        mode = self.getOrDefault(self.metricMode)
+        if mode != "auto":
+            return mode == "max"
+        name = self.getOrDefault(self.metric).lower().removeprefix("val_")
+        return any(word in name for word in _MAXIMIZED)
+
+
+@add_setters
+class HalvingSearch(Estimator, _HalvingSearchParams, MLReadable, MLWritable):
+    """Tunes a ``TFEstimator`` (or a Pipeline ending in one) by asynchronous successive
+    halving: bad trials stop after ``minEpochs``, the best continue from their checkpoints.
+
+    >>> grid = ParamGridBuilder().addGrid(est.learningRate, [1e-1, 1e-2, 1e-3]).build()
+    >>> search = HalvingSearch(estimator=est, estimatorParamMaps=grid, metric="val_loss",
+    ...                        minEpochs=1, maxEpochs=9)
+    >>> model = search.fit(df)                                       # doctest: +SKIP
+    >>> model.bestParams, model.trials.show()                        # doctest: +SKIP
+    """
+
+    @keyword_only
+    def __init__(self, *, estimator=None, estimatorParamMaps=None, paramDistributions=None,
+                 numTrials=None, evaluator=None, metric="val_loss", metricMode="auto",
+                 minEpochs=1, maxEpochs=None, reductionFactor=3, parallelism=None,
+                 trainRatio=0.75, seed=0, verbose=1):
+        super().__init__()
+        self._set(**without_none(self._input_kwargs))
+
+    @keyword_only
+    def setParams(self, *, estimator=None, estimatorParamMaps=None, paramDistributions=None,
+                  numTrials=None, evaluator=None, metric="val_loss", metricMode="auto",
+                  minEpochs=1, maxEpochs=None, reductionFactor=3, parallelism=None,
+                  trainRatio=0.75, seed=0, verbose=1):
+        """Sets the given Params; see the constructor."""
+        return self._set(**without_none(self._input_kwargs))
+
+    def copy(self, extra=None) -> HalvingSearch:
+        """A copy with a copied estimator (and evaluator), as pyspark's tuning copies."""
+        that = super().copy(extra)
+        if self.isDefined(self.estimator):
+            that.setEstimator(self.getEstimator().copy())
+        if self.getEvaluator() is not None:
+            that.setEvaluator(self.getEvaluator().copy())
+        return that
+
+    def write(self):
+        from sparktf.ml.search_persistence import SearchWriter
+        return SearchWriter(self)
+
+    @classmethod
+    def read(cls):
+        from sparktf.ml.search_persistence import SearchReader
+        return SearchReader(cls)
+
+    def trial_maps(self) -> list[dict]:
+        """Each trial's Params: the grid, or ``numTrials`` draws."""
+        stage, prefix = trials.tuned_stage(self.getEstimator())
+        grid, dists = self.getEstimatorParamMaps(), self.getParamDistributions()
+        if (grid is None) == (dists is None):
+            raise InvalidInputError(
+                "HalvingSearch needs the trials' Params one way: estimatorParamMaps (a "
+                "ParamGridBuilder grid) or paramDistributions with numTrials. Received "
+                + ("both" if grid is not None else "neither") + ".")
+        if dists is not None:
+            if not self.isDefined(self.numTrials):
+                raise InvalidInputError("paramDistributions needs numTrials: how many trials "
+                                        "to draw.")
+            maps = trials.sampled(stage, dists, self.getOrDefault(self.numTrials),
+                                  self.getOrDefault(self.seed))
+        else:
+            maps = [dict(m) for m in grid] or [{}]
+        trials.check_maps(maps, stage, prefix)
+        return maps
+
+    @scratch.removes_its_folder_on_failure
+    def _fit(self, dataset):
+        if not self.isDefined(self.estimator):
+            raise InvalidInputError("HalvingSearch needs estimator: the TFEstimator (or a "
+                                    "Pipeline ending in one) to tune.")
+        stage, _ = trials.tuned_stage(self.getEstimator())
+        maps = self.trial_maps()
+        rungs = halving.rungs(self.getOrDefault(self.minEpochs), self.getMaxEpochs(),
+                              self.getOrDefault(self.reductionFactor))
+        session = sessions.Session(dataset.sparkSession)
+        folder = storage.join(stage._model_dir(session.master),
+                              f"search-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}")
+        train, validation = self._split(dataset)
+        try:
+            runner = trials.Trials(self.getEstimator(), maps, folder, train, validation,
+                                   self.getEvaluator(), self.getOrDefault(self.metric))
+            parallelism = self.getParallelism() or self._slots_for(session, stage)
+            search = _Search(self, runner, halving.Halving(len(maps), rungs,
+                                                           self.getOrDefault(
+                                                               self.reductionFactor)),
+                             trials.labels(maps, stage))
+            search.run(parallelism, dataset.sparkSession)
+        finally:
+            for frame in (train, validation):
+                if frame is not dataset and frame is not None:
+                    frame.unpersist()
+        model = search.result(self)
+        if "mlflow" in sys.modules:
+            from sparktf.ml import search_tracking
+            search_tracking.log_search(self, model, runner)
+        return model
+
+    def _split(self, dataset):
+        """The rows the trials train on and those the evaluator scores: with an evaluator,
+        split as ``TrainValidationSplit`` splits (``rand(seed) >= trainRatio`` validates),
+        so that both compare the same rows; else the whole frame (the fits hold out their
+        own validation rows)."""
+        if self.getEvaluator() is None:
+            return dataset, None
+        ratio = self.getOrDefault(self.trainRatio)
+        if not 0 < ratio < 1:
+            raise InvalidInputError(f"trainRatio must be in (0, 1). Received: trainRatio={ratio}")
+        rand = self.uid + "_rand"
+        df = dataset.select("*", F.rand(self.getOrDefault(self.seed)).alias(rand))
+        held = df[rand] >= ratio
+        return df.filter(~held).cache(), df.filter(held).cache()
+
+    @staticmethod
+    def _slots_for(session, stage) -> int:
+        """How many trials the cluster's task slots hold at once."""
+        tasks = stage.getNumWorkers() + stage.getNumPs() + (1 if stage.getNumPs() else 0) \
+            + (1 if stage.getEvaluator() else 0)
+        slots = checks.check_capacity(session, tasks, "HalvingSearch")
+        return max(1, slots // tasks)
+
+
+class _Search:
+    """One search's loop on the driver: keeps ``parallelism`` fits running, reports each
+    finished fit to the schedule, says each decision."""
+
+    def __init__(self, search: HalvingSearch, runner: trials.Trials,
+                 schedule: halving.Halving, labels: list[dict]):
+        self.runner, self.schedule, self.labels = runner, schedule, labels
+        self.sign = -1.0 if search.larger_is_better() else 1.0
+        self.name = search.getOrDefault(search.metric) if search.getEvaluator() is None \
+            else search.getEvaluator().getMetricName()
+        self.verbose = search.getOrDefault(search.verbose)
+        self.factor = schedule.factor
+        self.errors: dict[int, str] = {}
+        self.stopped_early: dict[int, int] = {}
+
+    def say(self, text: str, *args) -> None:
+        if self.verbose:
+            logger.info("sparktf: search: " + text, *args)
+
+    def run(self, parallelism: int, spark) -> None:
+        fatal = None
+        with futures.ThreadPoolExecutor(parallelism, thread_name_prefix="sparktf-trial") \
+                as pool:
+            running: dict = {}
+            while True:
+                while fatal is None and len(running) < parallelism:
+                    job = self.schedule.next_job()
+                    if job is None:
+                        break
+                    self._starting(*job)
+                    running[pool.submit(inheritable_thread_target(spark)(self.runner.train),
+                                        job[0], job[2])] = job
+                if not running:
+                    break
+                done, _ = futures.wait(running, return_when=futures.FIRST_COMPLETED)
+                for future in done:
+                    index, _, epochs = running.pop(future)
+                    try:
+                        self._finished(index, epochs, future.result())
+                    except TaskFailedError as e:  # the trial's own: its modelFn, its data
+                        self.schedule.fail(index)
+                        self.errors[index] = f"{type(e).__name__}: {e}"
+                        self.say("trial %d (%s) failed: %s", index, self._label(index),
+                                 str(e).splitlines()[0])
+                    except BaseException as e:  # noqa: BLE001 - raised once the others end
+                        self.schedule.fail(index)
+                        fatal = fatal or e
+        if fatal is not None:
+            raise fatal
+        self.schedule.done()
+        for trial in self.schedule.trials:
+            if trial.ended == halving.STOPPED:
+                self.say("trial %d stops at %d epochs (%s=%.4f: not in the top 1/%d of its "
+                         "rung)", trial.index, self.schedule.rungs[trial.rung], self.name,
+                         self.sign * trial.metrics[-1], self.factor)
+
+    def _label(self, index: int) -> str:
+        return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                         for k, v in self.labels[index].items()) or "the estimator's Params"
+
+    def _starting(self, index: int, start: int, epochs: int) -> None:
+        if start:
+            k = self.schedule.rungs.index(start)
+            self.say("trial %d promoted: it continues from %d to %d epochs (%s=%.4f, in the "
+                     "top 1/%d of the %d trials at %d epochs)", index, start, epochs, self.name,
+                     self.sign * self.schedule.trials[index].metrics[k], self.factor,
+                     len(self.schedule.at_rung(k)), start)
+
+    def _finished(self, index: int, epochs: int, value: float) -> None:
+        trained = self.runner.epochs_trained(index)
+        if not math.isfinite(value):
+            self.schedule.fail(index)
+            self.errors[index] = f"its {self.name} was {value} after {trained} epochs"
+            self.say("trial %d (%s) failed: %s=%s after %d epochs", index, self._label(index),
+                     self.name, value, trained)
+            return
+        self.schedule.report(index, self.sign * value)
+        k = self.schedule.trials[index].rung
+        ranked = [t.index for t in self.schedule.at_rung(k)]
+        self.say("trial %d (%s): %s=%.4f after %d epochs, %d of %d at this rung", index,
+                 self._label(index), self.name, value, epochs, ranked.index(index) + 1,
+                 len(ranked))
+        if trained < epochs and self.schedule.trials[index].ended is None:
+            self.stopped_early[index] = trained
+            self.schedule.end(index, f"stopped by its callbacks after {trained} epochs")
+
+    def result(self, search: HalvingSearch) -> HalvingSearchModel:
+        best = self.schedule.best()
+        if best is None:
+            said = "; ".join(f"trial {i}: {e.splitlines()[0]}" for i, e in
+                             sorted(self.errors.items())[:3])
+            raise SparkTFError(f"Every trial of the search failed ({said}). Fix the cause "
+                               "the first trials name, then fit again.")
+        records = [self._record(t) for t in self.schedule.trials]
+        model = HalvingSearchModel(bestModel=self.runner.models[best.index],
+                                   bestParams=self.runner.maps[best.index],
+                                   trialRecords=records, bestTrial=best.index)
+        return search._copyValues(model)
+
+    def _record(self, trial: halving.Trial) -> dict:
+        reason = {halving.FAILED: "failed: " + self.errors.get(trial.index, "?"),
+                  halving.STOPPED: f"not in the top 1/{self.factor} at "
+                                   f"{self.schedule.rungs[max(trial.rung, 0)]} epochs",
+                  halving.FINISHED: "trained to maxEpochs"}.get(trial.ended, trial.ended)
+        return {"trial": trial.index, "params": self.labels[trial.index],
+                "epochs": self.runner.epochs_trained(trial.index),
+                "rungEpochs": self.schedule.rungs[:len(trial.metrics)],
+                "metrics": [self.sign * m for m in trial.metrics],
+                "stopReason": reason,
+                "history": self.runner.histories.get(trial.index, {})}
+
+
+class HalvingSearchModel(Model, _HalvingSearchParams, MLReadable, MLWritable):
+    """What a ``HalvingSearch`` found: ``bestModel`` (the best trial's ``TFModel`` or
+    ``PipelineModel``, at the highest rung it reached), ``bestParams`` (its param map) and
+    ``trials`` (a DataFrame: each trial's Params, epochs trained, metric at each rung, why
+    it stopped). ``transform`` scores with ``bestModel``."""
+
+    def __init__(self, bestModel=None, bestParams=None, trialRecords=None, bestTrial=None):
+        super().__init__()
+        self.bestModel = bestModel
+        self.bestParams = dict(bestParams or {})
+        self.trialRecords = list(trialRecords or [])
+        self.bestTrial = bestTrial
+
+    def _transform(self, dataset):
+        return self.bestModel.transform(dataset)
+
+    @property
+    def trials(self):
+        """The trials as a DataFrame of the active session: ``trial``, ``params`` (name ->
+        value as text), ``epochs`` trained, ``rungEpochs`` and ``metrics`` (the metric at
+        each rung it reached), ``stopReason``, ``best``."""
+        from pyspark.sql import SparkSession
+
+        from sparktf.ml.search_persistence import trial_rows
+        spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
+        return spark.createDataFrame(*trial_rows(self.trialRecords, self.bestTrial))
+
+    def copy(self, extra=None) -> HalvingSearchModel:
+        that = HalvingSearchModel(self.bestModel.copy(extra), self.bestParams,
+                                  self.trialRecords, self.bestTrial)
+        that._resetUid(self.uid)
+        return self._copyValues(that, extra)
+
+    def write(self):
+        from sparktf.ml.search_persistence import SearchModelWriter
+        return SearchModelWriter(self)
+
+    @classmethod
+    def read(cls):
+        from sparktf.ml.search_persistence import SearchModelReader
+        return SearchModelReader(cls)
+

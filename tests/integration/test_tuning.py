@@ -1,0 +1,234 @@
+"""HalvingSearch (issue 48) on a real local-cluster: the oracle is pyspark's
+TrainValidationSplit on the same grid and rows; continuation is counted by what the
+fits trained (a callback), not by what the search says."""
+
+import json
+import logging
+import os
+
+import keras
+import numpy as np
+import pytest
+from pyspark.ml.evaluation import RegressionEvaluator
+from pyspark.ml.tuning import ParamGridBuilder, TrainValidationSplit
+
+import sparktf
+from sparktf.ml import TFEstimator
+from sparktf.ml.tuning import HalvingSearch, HalvingSearchModel, choice, logUniform
+from tests.integration import data, models
+
+pytestmark = pytest.mark.timeout(900)
+
+
+class EpochsTrained(keras.callbacks.Callback):
+    """Rank 0 appends ``<learning rate> <epoch>`` for each epoch it trains to ``path``."""
+
+    def __init__(self, path):
+        super().__init__()
+        self.path = path
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if json.loads(os.environ["TF_CONFIG"])["task"]["index"] == 0:
+            rate = float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate))
+            with open(self.path, "a") as f:
+                f.write(f"{rate:.6g} {epoch}\n")
+
+
+def _trained(path) -> dict:
+    found: dict = {}
+    with open(path) as f:
+        for line in f:
+            rate, epoch = line.split()
+            found.setdefault(float(rate), []).append(int(epoch))
+    return found
+
+
+@pytest.fixture(scope="module")
+def linear_frame(spark):
+    X, y = data.linear_rows(120, seed=3)
+    return spark.createDataFrame(data.rows(X, y), "features array<double>, label double") \
+        .repartition(2).cache()
+
+
+def test_the_search_picks_what_train_validation_split_picks_training_no_epoch_twice(
+        spark, linear_frame, tmp_path, caplog):
+    """The same grid, rows and evaluator: every trial that reached maxEpochs scores what
+    TrainValidationSplit scores for it (the same fit, continued across rungs, to float
+    precision), and both pick the same learning rate. Each trial trained the epochs of the
+    rungs it reached, each once."""
+    caplog.set_level(logging.INFO, logger="sparktf")
+    log = str(tmp_path / "epochs")
+    est = TFEstimator(modelFn=models.linear, numWorkers=1, batchSize=30, shuffle=True, seed=2,
+                      callbacks=[EpochsTrained(log)], modelDir=str(tmp_path / "m"))
+    rates = [0.3, 0.1, 0.03, 0.001]
+    grid = ParamGridBuilder().addGrid(est.learningRate, rates).build()
+    evaluator = RegressionEvaluator(metricName="rmse")
+    search = HalvingSearch(estimator=est, estimatorParamMaps=grid, evaluator=evaluator,
+                           minEpochs=1, maxEpochs=4, reductionFactor=2, parallelism=2, seed=7)
+    found = search.fit(linear_frame)
+    trained = _trained(log)
+    os.remove(log)
+
+    tvs = TrainValidationSplit(estimator=est.copy({est.epochs: 4}), estimatorParamMaps=grid,
+                               evaluator=evaluator, seed=7, parallelism=2).fit(linear_frame)
+    records = {r["trial"]: r for r in found.trialRecords}
+    print("search:", *records.values(), sep="\n")
+    print("TrainValidationSplit:", tvs.validationMetrics)
+    assert found.bestParams[est.learningRate] == rates[int(np.argmin(tvs.validationMetrics))]
+    at_max = [r for r in records.values() if r["rungEpochs"] and r["rungEpochs"][-1] == 4]
+    assert at_max, "some trial reached maxEpochs"
+    for record in at_max:
+        np.testing.assert_allclose(record["metrics"][-1], tvs.validationMetrics[record["trial"]],
+                                   rtol=1e-6)
+    for index, rate in enumerate(rates):  # no epoch twice; the epochs of its rungs
+        record = records[index]
+        assert trained[rate] == list(range(record["rungEpochs"][-1])), (rate, trained[rate])
+        assert record["epochs"] == record["rungEpochs"][-1]
+    assert sum(len(v) for v in trained.values()) < 4 * len(rates)
+    assert sorted(len(r["rungEpochs"]) for r in records.values()) == [1, 1, 2, 3]
+    text = caplog.text
+    assert "promoted" in text and "stops at 1 epochs" in text
+    frame = found.trials
+    assert frame.count() == 4 and frame.filter("best").count() == 1
+    assert {"learningRate", "epochs", "metrics", "stopReason"} <= set(frame.columns)
+    np.testing.assert_allclose(
+        [r.prediction for r in found.transform(linear_frame).collect()],
+        [r.prediction for r in found.bestModel.transform(linear_frame).collect()])
+
+
+def broken_on_executors(hparams):
+    if "TF_CONFIG" in os.environ:
+        raise RuntimeError("a bug in this trial's modelFn")
+    return models.linear(hparams)
+
+
+def nan_model(hparams):
+    model = models.linear(hparams)
+    if hparams.get("kind") == "nan":
+        inputs = keras.Input((3,))
+        model = keras.Sequential([inputs, keras.layers.Dense(1),
+                                  keras.layers.Lambda(lambda x: x * float("nan"))])
+        model.compile(optimizer="adam", loss="mse")
+    if hparams.get("kind") == "broken" and "TF_CONFIG" in os.environ:
+        raise RuntimeError("a bug in this trial's modelFn")
+    return model
+
+
+def test_failed_and_nan_trials_are_recorded_and_stopped_and_all_failing_fails(
+        spark, linear_frame, tmp_path):
+    est = TFEstimator(modelFn=nan_model, numWorkers=1, batchSize=30, validationFraction=0.25,
+                      learningRate=0.1)
+    kinds = [{"kind": "ok"}, {"kind": "nan"}, {"kind": "broken"}, {"kind": "ok", "x": 1}]
+    grid = ParamGridBuilder().addGrid(est.hyperParams, kinds).build()
+    found = HalvingSearch(estimator=est, estimatorParamMaps=grid, metric="val_loss",
+                          minEpochs=1, maxEpochs=2, reductionFactor=2).fit(linear_frame)
+    records = {r["trial"]: r for r in found.trialRecords}
+    print(*records.values(), sep="\n")
+    assert records[1]["stopReason"].startswith("failed: its val_loss was nan")
+    assert records[2]["stopReason"].startswith("failed: TaskFailedError")
+    assert "a bug in this trial's modelFn" in records[2]["stopReason"]
+    assert found.bestTrial in (0, 3) and records[found.bestTrial]["rungEpochs"] == [1, 2]
+
+    everything_broken = ParamGridBuilder().addGrid(est.hyperParams, [
+        {"kind": "broken"}, {"kind": "broken", "x": 2}]).build()
+    with pytest.raises(sparktf.SparkTFError, match="Every trial of the search failed"):
+        HalvingSearch(estimator=est, estimatorParamMaps=everything_broken, minEpochs=1,
+                      maxEpochs=2).fit(linear_frame)
+
+
+def test_bad_searches_are_refused_before_any_job(spark, linear_frame):
+    est = TFEstimator(modelFn=models.linear, numWorkers=1)
+    grid = ParamGridBuilder().addGrid(est.epochs, [1, 2]).build()
+    with pytest.raises(sparktf.InvalidInputError, match="set minEpochs and maxEpochs"):
+        HalvingSearch(estimator=est, estimatorParamMaps=grid, maxEpochs=3).fit(linear_frame)
+    with pytest.raises(sparktf.InvalidInputError, match="Received neither"):
+        HalvingSearch(estimator=est, maxEpochs=3).fit(linear_frame)
+    with pytest.raises(sparktf.InvalidInputError, match="needs numTrials"):
+        HalvingSearch(estimator=est, paramDistributions={est.learningRate: logUniform(1e-3, 1)},
+                      maxEpochs=3).fit(linear_frame)
+    with pytest.raises(sparktf.InvalidInputError, match="minEpochs <= maxEpochs"):
+        HalvingSearch(estimator=est, estimatorParamMaps=[{}], minEpochs=4,
+                      maxEpochs=3).fit(linear_frame)
+    with pytest.raises(sparktf.InvalidInputError, match="low < high and low > 0"):
+        logUniform(0, 1)
+    with pytest.raises(sparktf.InvalidInputError, match="Pipeline whose last stage"):
+        HalvingSearch(estimator=RegressionEvaluator(), estimatorParamMaps=[{}]).fit(
+            linear_frame)
+
+
+def test_a_pipeline_sampled_trials_mlflow_child_runs_and_persistence(spark, tmp_path):
+    mlflow = pytest.importorskip("mlflow", reason="pip install 'sparktf[mlflow]'")
+    from pyspark.ml import Pipeline, PipelineModel
+    from pyspark.ml.feature import StandardScaler
+    from pyspark.ml.functions import array_to_vector, vector_to_array
+
+    X, y = data.linear_rows(120, seed=4)
+    frame = spark.createDataFrame(data.rows(X, y), "raw array<double>, label double") \
+        .select(array_to_vector("raw").alias("raw"), "label").cache()
+    scaler = StandardScaler(inputCol="raw", outputCol="features")
+    est = TFEstimator(modelFn=models.linear, numWorkers=1, batchSize=30,
+                      validationFraction=0.25, hyperParams={"width": 3})
+    pipeline = Pipeline(stages=[scaler, est])
+    search = HalvingSearch(estimator=pipeline, numTrials=4, seed=5, minEpochs=1, maxEpochs=3,
+                           paramDistributions={est.learningRate: logUniform(1e-3, 0.3),
+                                               "units": choice([4, 8]),
+                                               scaler.withMean: [True, False]})
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+    try:
+        mlflow.set_experiment(experiment_id=mlflow.create_experiment(
+            "sparktf-search", artifact_location=(tmp_path / "artifacts").as_uri()))
+        with mlflow.start_run() as parent:
+            found = search.fit(frame)
+        _check_runs(mlflow.MlflowClient(), parent, found)
+        served = mlflow.pyfunc.load_model(f"runs:/{parent.info.run_id}/model")  # the best
+        scaled = found.bestModel.stages[0].transform(frame).select("features").toPandas()
+        np.testing.assert_allclose(
+            served.predict(scaled)["prediction"].tolist(),
+            [r.prediction for r in found.bestModel.transform(frame).collect()], rtol=1e-6)
+    finally:
+        mlflow.set_tracking_uri(None)
+    assert isinstance(found.bestModel, PipelineModel)
+    assert isinstance(found.bestModel.stages[-1], sparktf.ml.TFModel)
+
+    found.write().save(str(tmp_path / "found"))
+    loaded = HalvingSearchModel.load(str(tmp_path / "found"))
+    assert loaded.trialRecords == json.loads(json.dumps(found.trialRecords))
+    assert {p.name: v for p, v in loaded.bestParams.items()} == \
+        {p.name: v for p, v in found.bestParams.items()}
+    scored = found.transform(frame).select(vector_to_array("features")[0], "prediction")
+    assert loaded.transform(frame).select(vector_to_array("features")[0], "prediction") \
+        .collect() == scored.collect()
+
+    search.write().save(str(tmp_path / "search"))
+    again = HalvingSearch.load(str(tmp_path / "search"))
+    assert again.getOrDefault("numTrials") == 4 and again.getMaxEpochs() == 3
+    assert [type(s).__name__ for s in again.getEstimator().getStages()] == \
+        ["StandardScaler", "TFEstimator"]
+    assert sorted(str(k) if isinstance(k, str) else k.name
+                  for k in again.getParamDistributions()) == ["learningRate", "units",
+                                                              "withMean"]
+    assert again.trial_maps() == search.trial_maps() or \
+        [{p.name: v for p, v in m.items()} for m in again.trial_maps()] == \
+        [{p.name: v for p, v in m.items()} for m in search.trial_maps()]
+    assert "reductionFactor" in again.explainParams()
+    assert again.copy().getEstimator() is not again.getEstimator()
+    fitted = Pipeline(stages=[search]).fit(frame)  # a stage of a Pipeline itself
+    assert fitted.transform(frame).count() == frame.count()
+
+
+def _check_runs(client, parent, found):
+    """A child run per trial with its Params, per-epoch metrics and stop reason; the
+    parent has the search's Params, the best metric and the best model."""
+    children = client.search_runs([parent.info.experiment_id],
+                                  f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
+    assert len(children) == len(found.trialRecords)
+    for child in children:
+        record = found.trialRecords[int(child.data.tags["trial"])]
+        assert child.data.tags["stopReason"] == record["stopReason"]
+        assert child.data.params["epochs_trained"] == str(record["epochs"])
+        assert child.data.params["learningRate"] == str(record["params"]["learningRate"])
+        losses = client.get_metric_history(child.info.run_id, "loss")
+        assert [m.step for m in losses] == list(range(1, record["epochs"] + 1))
+        np.testing.assert_allclose([m.value for m in losses], record["history"]["loss"])
+    logged = client.get_run(parent.info.run_id)
+    assert "best_metric" in logged.data.metrics and "search.maxEpochs" in logged.data.params
