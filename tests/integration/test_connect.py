@@ -10,7 +10,7 @@ import pytest
 from tests import conftest
 
 SCENARIOS = ["fit_transform", "kinds", "run_with_df", "bad_input", "pipeline_persistence",
-             "cross_validator", "train_validation_split", "streaming"]
+             "cross_validator", "train_validation_split", "halving_search", "streaming"]
 JOB = conftest.Job("connect", "tests/integration/scripts/connect_jobs.py",
                    conftest.Job.WORKDIR, *SCENARIOS, expected_s=175)
 
@@ -69,6 +69,19 @@ def test_train_validation_split_on_connect(found):
     assert result["best"] == "TFModel"
     assert result["validationMetrics"][1] > result["validationMetrics"][0]  # 64 > 4 units
     assert result["test_accuracy"] > 0.85
+
+
+def test_halving_search_picks_and_scores_what_train_validation_split_does_on_connect(found):
+    import numpy as np
+
+    result = _ok(found, "halving_search")
+    print(result)
+    assert result["best"] == {"units": 64}
+    assert result["trials_frame"] == 2 and result["same_predictions"]
+    by_trial = {t["trial"]: t for t in result["trials"]}
+    assert by_trial[1]["rungEpochs"] == [2, 4] and by_trial[1]["epochs"] == 4
+    assert by_trial[0]["rungEpochs"] == [2] and by_trial[0]["epochs"] == 2
+    np.testing.assert_allclose(by_trial[1]["metrics"][-1], result["tvs"][1], rtol=1e-6)
 
 
 def test_streaming_query_scored_into_a_memory_sink_on_connect(found):

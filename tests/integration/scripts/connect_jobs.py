@@ -148,10 +148,40 @@ def train_validation_split(spark, workdir):
     tvs = TrainValidationSplit(estimator=est, estimatorParamMaps=grid, trainRatio=0.75,
                                seed=7, evaluator=evaluator)
     model = tvs.fit(train)
+    FITTED["tvs"] = list(model.validationMetrics)
     emit("train_validation_split", {"validationMetrics": list(model.validationMetrics),
                                     "best": type(model.bestModel).__name__,
                                     "test_accuracy": evaluator.evaluate(
                                         model.transform(test))})
+
+
+def halving_search(spark, workdir):
+    """HalvingSearch on train_validation_split's grid, rows and split (its oracle, run
+    before it in this process), then saved and loaded."""
+    from pyspark.ml.evaluation import MulticlassClassificationEvaluator
+    from pyspark.ml.tuning import ParamGridBuilder
+
+    from sparktf.ml import TFEstimator
+    from sparktf.ml.tuning import HalvingSearch, HalvingSearchModel
+    from tests.integration import models
+    train, test = digits(spark)
+    est = TFEstimator(modelFn=models.digits_sized, numWorkers=2, batchSize=64,
+                      learningRate=3e-3)
+    grid = ParamGridBuilder().addGrid(est.hyperParams, [{"units": 4}, {"units": 64}]).build()
+    search = HalvingSearch(estimator=est, estimatorParamMaps=grid, trainRatio=0.75, seed=7,
+                           evaluator=MulticlassClassificationEvaluator(metricName="accuracy"),
+                           minEpochs=2, maxEpochs=4, reductionFactor=2)
+    model = search.fit(train)
+    path = os.path.join(workdir, "halving-search-model")
+    model.write().save(path)
+    loaded = HalvingSearchModel.load(path)
+    emit("halving_search", {
+        "best": model.bestParams[est.hyperParams], "tvs": FITTED.get("tvs"),
+        "trials": [{k: r[k] for k in ("trial", "epochs", "rungEpochs", "metrics")}
+                   for r in model.trialRecords],
+        "trials_frame": model.trials.count(),
+        "same_predictions": loaded.transform(test).select("prediction").collect() ==
+        model.transform(test).select("prediction").collect()})
 
 
 def streaming(spark, workdir):
@@ -207,7 +237,7 @@ def kinds(spark, workdir):
 SCENARIOS = {"fit_transform": fit_transform, "kinds": kinds, "run_with_df": run_with_df,
              "bad_input": bad_input, "pipeline_persistence": pipeline_persistence,
              "cross_validator": cross_validator, "streaming": streaming,
-             "train_validation_split": train_validation_split}
+             "train_validation_split": train_validation_split, "halving_search": halving_search}
 
 
 def main(argv):
