@@ -62,9 +62,13 @@ class Trial:
 class Halving:
     """The schedule of ``num_trials`` trials over ``rungs`` (epoch counts)."""
 
-    def __init__(self, num_trials: int, rung_epochs: list[int], factor: int):
+    def __init__(self, num_trials: int, rung_epochs: list[int], factor: int,
+                 order: list[int] | None = None):
         self.rungs, self.factor = list(rung_epochs), factor
         self.trials = [Trial(i) for i in range(num_trials)]
+        # the order trials start in (a grid's order would put its neighbours first, whose
+        # best is promoted against little competition)
+        self.order = list(order) if order is not None else list(range(num_trials))
         self.promoted: list[set[int]] = [set() for _ in self.rungs]
         self.started = 0
 
@@ -78,7 +82,7 @@ class Halving:
                 trial.running = True
                 return trial.index, self.rungs[k], self.rungs[k + 1]
         if self.started < len(self.trials):
-            trial = self.trials[self.started]
+            trial = self.trials[self.order[self.started]]
             self.started += 1
             trial.running = True
             return trial.index, 0, self.rungs[0]

@@ -17,6 +17,7 @@ import random
 import re
 import sys
 import sysconfig
+import threading
 import types
 
 import numpy as np
@@ -25,6 +26,7 @@ from sparktf.runtime import tf_startup
 
 logger = logging.getLogger("sparktf")
 
+_BUILDING = threading.Lock()
 _AUTO_NAME = re.compile(r"_\d+$")
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
@@ -33,7 +35,8 @@ def model_identity(model_fn, hparams: dict) -> dict:
     """The model ``model_fn(hparams)`` builds, as JSON (``describe``); a digest of the
     function's pickle where it cannot be built here (a driver without Keras, say)."""
     try:
-        with _fresh_names(), _own_random_state(), tf_startup.quiet_start():
+        # one build at a time: the driver's random state is the process's (parallel fits)
+        with _BUILDING, _fresh_names(), _own_random_state(), tf_startup.quiet_start():
             model = model_fn(dict(hparams))
         return describe(model)
     except Exception as e:  # noqa: BLE001 - any failure: recognised by its code instead

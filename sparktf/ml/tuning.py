@@ -19,6 +19,7 @@ import sys
 import time
 import uuid
 
+import numpy as np
 from pyspark import keyword_only
 from pyspark.ml import Estimator, Model
 from pyspark.ml.param import Param, Params, TypeConverters
@@ -29,7 +30,7 @@ from pyspark.util import inheritable_thread_target
 
 from sparktf._driver import checks, sessions
 from sparktf.errors import InvalidInputError, SparkTFError, TaskFailedError
-from sparktf.ml import halving, scratch, trials
+from sparktf.ml import fit_checks, halving, scratch, trials
 from sparktf.ml.param_values import choice as one_of
 from sparktf.ml.param_values import int_at_least, new_param, verbosity
 from sparktf.ml.params import add_setters, without_none
@@ -194,15 +195,22 @@ class HalvingSearch(Estimator, _HalvingSearchParams, MLReadable, MLWritable):
         session = sessions.Session(dataset.sparkSession)
         folder = storage.join(stage._model_dir(session.master),
                               f"search-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}")
+        if self.getEvaluator() is None and self.getOrDefault(self.metric).startswith("val_") \
+                and not fit_checks.holds_out_rows(stage):
+            raise InvalidInputError(
+                f"metric={self.getOrDefault(self.metric)!r} is a validation value, but the "
+                "estimator holds out no rows: set validationFraction or validationCol on it, "
+                "name a training value of the history (metric='loss'), or give an "
+                "evaluator.")
         train, validation = self._split(dataset)
         try:
             runner = trials.Trials(self.getEstimator(), maps, folder, train, validation,
                                    self.getEvaluator(), self.getOrDefault(self.metric))
             parallelism = self.getParallelism() or self._slots_for(session, stage)
-            search = _Search(self, runner, halving.Halving(len(maps), rungs,
-                                                           self.getOrDefault(
-                                                               self.reductionFactor)),
-                             trials.labels(maps, stage))
+            order = np.random.default_rng(self.getOrDefault(self.seed)).permutation(len(maps))
+            schedule = halving.Halving(len(maps), rungs, self.getOrDefault(self.reductionFactor),
+                                       [int(i) for i in order])
+            search = _Search(self, runner, schedule, trials.labels(maps, stage))
             search.run(parallelism, dataset.sparkSession)
         finally:
             for frame in (train, validation):
@@ -258,33 +266,40 @@ class _Search:
             logger.info("sparktf: search: " + text, *args)
 
     def run(self, parallelism: int, spark) -> None:
+        """Trains the schedule's jobs, ``parallelism`` at once. A failure that is not one
+        trial's own (or Ctrl-C) cancels the running trials' jobs and is raised."""
+        session, tag = sessions.Session(spark), f"sparktf-search-{uuid.uuid4().hex}"
+
+        def train(index: int, epochs: int) -> float:
+            session.add_tag(tag)  # this thread's jobs: cancelled with the search
+            try:
+                return self.runner.train(index, epochs)
+            finally:
+                session.remove_tag(tag)
+
         fatal = None
         with futures.ThreadPoolExecutor(parallelism, thread_name_prefix="sparktf-trial") \
                 as pool:
             running: dict = {}
-            while True:
-                while fatal is None and len(running) < parallelism:
-                    job = self.schedule.next_job()
-                    if job is None:
+            try:
+                while True:
+                    while fatal is None and len(running) < parallelism:
+                        job = self.schedule.next_job()
+                        if job is None:
+                            break
+                        self._starting(*job)
+                        running[pool.submit(inheritable_thread_target(spark)(train),
+                                            job[0], job[2])] = job
+                    if not running:
                         break
-                    self._starting(*job)
-                    running[pool.submit(inheritable_thread_target(spark)(self.runner.train),
-                                        job[0], job[2])] = job
-                if not running:
-                    break
-                done, _ = futures.wait(running, return_when=futures.FIRST_COMPLETED)
-                for future in done:
-                    index, _, epochs = running.pop(future)
-                    try:
-                        self._finished(index, epochs, future.result())
-                    except TaskFailedError as e:  # the trial's own: its modelFn, its data
-                        self.schedule.fail(index)
-                        self.errors[index] = f"{type(e).__name__}: {e}"
-                        self.say("trial %d (%s) failed: %s", index, self._label(index),
-                                 str(e).splitlines()[0])
-                    except BaseException as e:  # noqa: BLE001 - raised once the others end
-                        self.schedule.fail(index)
-                        fatal = fatal or e
+                    done, _ = futures.wait(running, return_when=futures.FIRST_COMPLETED)
+                    for future in done:
+                        fatal = self._collect(future, running.pop(future)) or fatal
+                        if fatal is not None and running:
+                            session.cancel_tag(tag)
+            except BaseException:  # Ctrl-C: the running trials' jobs go, then the pool
+                session.cancel_tag(tag)
+                raise
         if fatal is not None:
             raise fatal
         self.schedule.done()
@@ -293,6 +308,22 @@ class _Search:
                 self.say("trial %d stops at %d epochs (%s=%.4f: not in the top 1/%d of its "
                          "rung)", trial.index, self.schedule.rungs[trial.rung], self.name,
                          self.sign * trial.metrics[-1], self.factor)
+
+    def _collect(self, future, job) -> BaseException | None:
+        """Reports a finished trial's fit to the schedule; the error that stops the search,
+        if its fit raised one that is not the trial's own."""
+        index, _, epochs = job
+        try:
+            self._finished(index, epochs, future.result())
+        except TaskFailedError as e:  # the trial's own: its modelFn, its data
+            self.schedule.fail(index)
+            self.errors[index] = f"{type(e).__name__}: {e}"
+            self.say("trial %d (%s) failed: %s", index, self._label(index),
+                     str(e).splitlines()[0])
+        except BaseException as e:  # noqa: BLE001 - the search's: raised by run
+            self.schedule.fail(index)
+            return e
+        return None
 
     def _label(self, index: int) -> str:
         return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"

@@ -146,6 +146,18 @@ def test_a_worker_machine_lost_for_good_and_the_fit_goes_on_with_fewer_workers(f
     assert found["executors_after"] == WORKERS - 1
 
 
+def test_a_search_whose_trial_loses_its_machine_relaunches_it_and_goes_on(found):
+    """issue 48: a trial of a HalvingSearch is a fit: its lost machine relaunches it from
+    its checkpoint, and it ends as the uninterrupted fit (Keras's, full-batch)."""
+    result = scenario(found, "worker_lost")["search_lost"]
+    records = {r["trial"]: r for r in result["records"]}
+    print(*records.values(), sep="\n")
+    assert result["killed"] and result["executors_after"] == WORKERS - 2
+    assert result["best"] == 0 and records[0]["rungEpochs"] == [1, 3]
+    assert [r["epochs"] for r in records.values()] == [3, 1, 1]
+    assert _equal_to_keras(records[0]["history"], result["keras_history"]) < 1e-5
+
+
 def _container_engine() -> str | None:
     """docker or podman, if one is installed and its engine answers."""
     import shutil

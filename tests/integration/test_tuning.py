@@ -149,11 +149,30 @@ def test_bad_searches_are_refused_before_any_job(spark, linear_frame):
     with pytest.raises(sparktf.InvalidInputError, match="minEpochs <= maxEpochs"):
         HalvingSearch(estimator=est, estimatorParamMaps=[{}], minEpochs=4,
                       maxEpochs=3).fit(linear_frame)
+    with pytest.raises(sparktf.InvalidInputError, match="holds out no rows"):
+        HalvingSearch(estimator=est, estimatorParamMaps=[{}], metric="val_loss",
+                      maxEpochs=2).fit(linear_frame)
     with pytest.raises(sparktf.InvalidInputError, match="low < high and low > 0"):
         logUniform(0, 1)
     with pytest.raises(sparktf.InvalidInputError, match="Pipeline whose last stage"):
         HalvingSearch(estimator=RegressionEvaluator(), estimatorParamMaps=[{}]).fit(
             linear_frame)
+
+
+def test_an_error_of_the_search_not_of_a_trial_cancels_the_running_trials(
+        spark, linear_frame, tmp_path):
+    """A metric the history lacks is the search's error, not a trial's: raised, and the
+    trial running beside it (a slow one: a step per row) is cancelled, not awaited: its
+    run never finishes."""
+    est = TFEstimator(modelFn=models.linear, numWorkers=1, batchSize=30,
+                      modelDir=str(tmp_path / "m"))
+    grid = [{est.batchSize: 1}, {est.batchSize: 120}]  # trial 0: 120 steps an epoch
+    with pytest.raises(sparktf.InvalidInputError, match="'mse' is not in the fit's history"):
+        HalvingSearch(estimator=est, estimatorParamMaps=grid, metric="mse", minEpochs=60,
+                      maxEpochs=60, parallelism=2).fit(linear_frame)
+    [search] = os.listdir(tmp_path / "m")
+    assert os.path.exists(tmp_path / "m" / search / "trial-001" / "result.json")
+    assert not os.path.exists(tmp_path / "m" / search / "trial-000" / "result.json")
 
 
 def test_a_pipeline_sampled_trials_mlflow_child_runs_and_persistence(spark, tmp_path):

@@ -70,9 +70,10 @@ def test_any_search_trains_no_epoch_twice_and_promotes_only_the_top_fraction(
         num_trials, slots, schedule, data):
     rung_epochs = halving.rungs(*schedule)
     factor = schedule[2]
-    search = halving.Halving(num_trials, rung_epochs, factor)
+    order = data.draw(st.permutations(range(num_trials)))
+    search = halving.Halving(num_trials, rung_epochs, factor, order)
     metrics = {}
-    running, trained = [], {i: 0 for i in range(num_trials)}
+    running, trained, jobs = [], {i: 0 for i in range(num_trials)}, []
     while True:
         while len(running) < slots and (job := search.next_job()) is not None:
             trial, start, to = job
@@ -85,6 +86,7 @@ def test_any_search_trains_no_epoch_twice_and_promotes_only_the_top_fraction(
                                   if r == k and t not in failed)
                 assert metrics[(trial, k)] <= finished[len(finished) // factor - 1]
             running.append(job)
+            jobs.append(job)
         if not running:
             break
         trial, start, to = running.pop(data.draw(st.integers(0, len(running) - 1)))
@@ -96,3 +98,51 @@ def test_any_search_trains_no_epoch_twice_and_promotes_only_the_top_fraction(
     assert search.done()
     assert all(t.ended is not None and not t.running for t in search.trials)
     assert max(trained.values()) <= rung_epochs[-1]
+    first = [t for t, start, _ in jobs if start == 0]
+    assert first == order, "trials start in the order given"
+
+
+def test_a_trial_its_callbacks_stopped_keeps_its_place_and_is_not_promoted():
+    """Trial 1 (the best at rung 0) was stopped by its own callbacks: its place among the
+    best third is taken, as a promoted trial's would be, so the next promotion waits for
+    the rung to fill; it ends as its callbacks left it."""
+    search = halving.Halving(6, [1, 3], 3)
+    for _ in range(3):
+        trial, _, _ = search.next_job()
+        search.report(trial, [5.0, 1.0, 3.0][trial])
+    search.end(1, "stopped by its callbacks after 0 epochs")
+    assert search.next_job() == (3, 0, 1)  # trial 1 holds the top place: no promotion
+    search.report(3, 0.5)
+    assert search.next_job() == (3, 1, 3)  # 4 at rung 0: the best one, trial 3
+    search.report(3, 0.1)
+    for trial in (4, 5):
+        assert search.next_job() == (trial, 0, 1)
+        search.report(trial, 9.0)
+    # 6 at rung 0: the top 2 are trials 3 and 1; trial 2 (third) does not take 1's place
+    assert search.next_job() is None and search.done()
+    assert search.trials[1].ended.startswith("stopped by its callbacks")
+    assert search.best().index == 3
+
+
+def test_trial_params_are_drawn_the_same_for_a_seed_and_labelled_by_what_differs():
+    from pyspark.ml.tuning import ParamGridBuilder
+
+    from sparktf.errors import InvalidInputError
+    from sparktf.ml import TFEstimator, trials
+
+    est = TFEstimator(hyperParams={"units": 8, "fixed": "x"})
+    dists = {est.learningRate: trials.logUniform(1e-4, 1e-1), "units": trials.choice([4, 8]),
+             "dropout": trials.uniform(0.0, 0.5)}
+    first, again = (trials.sampled(est, dists, 20, seed=3) for _ in range(2))
+    assert first == again and first != trials.sampled(est, dists, 20, seed=4)
+    rates = [m[est.learningRate] for m in first]
+    assert all(1e-4 <= r < 1e-1 for r in rates) and min(rates) < 1e-3 < max(rates)
+    assert {m[est.hyperParams]["units"] for m in first} == {4, 8}
+    assert all(m[est.hyperParams]["fixed"] == "x" for m in first)
+    shown = trials.labels(first, est)
+    assert set(shown[0]) == {"learningRate", "units", "dropout"}  # not "fixed"
+    grid = ParamGridBuilder().addGrid(est.epochs, [1, 2]).build()
+    with pytest.raises(InvalidInputError, match="set minEpochs and maxEpochs"):
+        trials.check_maps(grid, est, [])
+    with pytest.raises(InvalidInputError, match="takes a non-empty list"):
+        trials.choice([])

@@ -177,17 +177,17 @@ def _rank():
     return json.loads(os.environ["TF_CONFIG"])["task"]["index"]
 
 
-def kill_worker_once(marker):
-    """A Keras callback: when epoch 2 begins (the checkpoint of epoch 1 written), rank 1
-    kills the standalone Worker JVM that runs it and that worker's executor JVM (a machine
-    lost for good mid-fit), once."""
+def kill_worker_once(marker, rank=1):
+    """A Keras callback: when epoch 2 begins (the checkpoint of epoch 1 written), rank
+    ``rank`` kills the standalone Worker JVM that runs it and that worker's executor JVM (a
+    machine lost for good mid-fit), once."""
     import keras
 
     from tests.conftest import ancestor
 
     class KillWorkerOnce(keras.callbacks.Callback):
         def on_epoch_begin(self, epoch, logs=None):
-            if _rank() != 1 or epoch != 1 or os.path.exists(marker):
+            if _rank() != rank or epoch != 1 or os.path.exists(marker):
                 return
             executor = ancestor(os.getpid(), b"CoarseGrainedExecutorBackend")
             worker = ancestor(executor, b"org.apache.spark.deploy.worker.Worker")
@@ -261,6 +261,27 @@ def worker_lost(spark, workdir):
                              model.getKerasModel().get_weights(), keras_model.get_weights()),
                          "killed": killed, "warnings": warnings,
                          "executors_after": executors, "epoch_lines": epoch_lines})
+    search_worker_lost(spark, workdir, X, y, df)
+
+
+def search_worker_lost(spark, workdir, X, y, df):
+    """A HalvingSearch on the 2 workers left: the promoted trial's machine dies when its
+    epoch 2 begins; the trial relaunches from its checkpoint on the last worker, as a fit
+    does, and ends as Keras's uninterrupted fit of its learning rate."""
+    from pyspark.ml.tuning import ParamGridBuilder
+
+    from sparktf.ml.tuning import HalvingSearch
+    marker = os.path.join(workdir, "killed-in-search.json")
+    est = linear_estimator(numWorkers=1, maxRetries=1, modelDir=os.path.join(workdir, "search"),
+                           callbacks=[kill_worker_once(marker, rank=0)])
+    grid = ParamGridBuilder().addGrid(est.learningRate, [RATE, 1e-3, 1e-4]).build()
+    found = HalvingSearch(estimator=est, estimatorParamMaps=grid, metric="loss", minEpochs=1,
+                          maxEpochs=3, parallelism=2).fit(df)
+    _, keras_history = keras_oracle(X, y, epochs=3)
+    executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1
+    emit("search_lost", {"records": found.trialRecords, "best": found.bestTrial,
+                         "keras_history": keras_history, "killed": os.path.exists(marker),
+                         "executors_after": executors})
 
 
 RUN_EPOCHS = 4
