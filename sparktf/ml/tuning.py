@@ -294,8 +294,9 @@ class _Search:
                         break
                     done, _ = futures.wait(running, return_when=futures.FIRST_COMPLETED)
                     for future in done:
-                        fatal = self._collect(future, running.pop(future)) or fatal
-                        if fatal is not None and running:
+                        error = self._collect(future, running.pop(future))
+                        fatal = fatal or error  # the first: the others are its cancels
+                        if error is not None and running:
                             session.cancel_tag(tag)
             except BaseException:  # Ctrl-C: the running trials' jobs go, then the pool
                 session.cancel_tag(tag)
