@@ -11,8 +11,8 @@ asynchronous rule, which keeps every slot busy. Promotions are looked for from t
 rung down, so the most trained trials finish first; with no promotion to make, a new trial
 starts at rung 0. When neither is possible and no fit is running, the search is over:
 every trial that finished a rung and was not promoted stopped there. A trial that fails
-(its fit fails, or its metric is NaN) stops and counts at no rung any more: its place
-among the best of a rung goes to the next trial.
+(its fit fails, or its metric is NaN) stops; it still counts among the trials that
+finished its earlier rungs, but its place among their best goes to the next trial.
 
 A promoted trial resumes from its checkpoint (the fit's ``runId``): it trains only the
 epochs between its rungs, never one twice.
@@ -90,12 +90,16 @@ class Halving:
 
     def _promotable(self, k: int) -> Trial | None:
         """The best trial of rung k that is among its top ``floor(n_k / factor)`` and not
-        promoted yet (the trials that finished rung k: n_k, failed ones excluded)."""
-        finished = self.at_rung(k)
-        for trial in finished[:len(finished) // self.factor]:
+        promoted yet: n_k counts every trial that finished rung k, a trial that failed
+        since too, whose place goes to the next trial."""
+        for trial in self.at_rung(k)[:self.reached(k) // self.factor]:
             if trial.index not in self.promoted[k] and trial.ended is None:
                 return trial
         return None
+
+    def reached(self, k: int) -> int:
+        """n_k: how many trials finished rung k (a trial that failed after it included)."""
+        return sum(1 for t in self.trials if t.rung >= k)
 
     def at_rung(self, k: int) -> list[Trial]:
         """The trials that finished rung k and did not fail, best first."""
@@ -121,7 +125,8 @@ class Halving:
         self.trials[index].ended = why
 
     def fail(self, index: int) -> None:
-        """Trial ``index``'s fit failed: it is stopped, and counts at no rung after."""
+        """Trial ``index``'s fit failed: it is stopped; its place among the best of the
+        rungs it finished goes to the next trial."""
         self.trials[index].running = False
         self.trials[index].ended = FAILED
 

@@ -71,7 +71,11 @@ def begin(run_dir: str, estimator) -> dict | None:
     if storage.exists(storage.join(run_dir, RESULT_FILE)):
         before = _check_same(run_dir, now)
         result = _read(run_dir, RESULT_FILE)
-        if result.get("epochs", before["epochs"]) == now["epochs"]:
+        if "epochs" not in result:  # an older sparktf's: the epochs its run was asked, kept
+            result["epochs"] = before["epochs"]  # before run.json says the continuation's
+            storage.replace_bytes(storage.join(run_dir, RESULT_FILE),
+                                  json.dumps(result, indent=1).encode())
+        if result["epochs"] == now["epochs"]:
             return result
         if latest is None:
             raise InvalidInputError(

@@ -115,21 +115,39 @@ class SearchModelReader(_SearchReader):
 
 def trial_rows(records: list[dict], best: int | None) -> tuple[list, str]:
     """The trials as rows and a DDL schema: the fixed columns, then one per tuned Param
-    (a number, or its value as JSON text) unless its name is taken."""
+    unless its name is taken: a bigint, double, boolean or string column when every
+    trial's value is one, else the value as JSON text."""
     names = list(dict.fromkeys(k for r in records for k in r["params"] if k not in FIXED))
-    numeric = {n for n in names if all(
-        isinstance(r["params"].get(n), (int, float)) and not isinstance(r["params"].get(n), bool)
-        for r in records if n in r["params"])}
+    kinds = {n: _kind([r["params"][n] for r in records if n in r["params"]]) for n in names}
     rows = []
     for r in records:
         params = {k: json.dumps(json_view(v)) for k, v in r["params"].items()}
-        own = [float(r["params"][n]) if n in numeric and n in r["params"] else
-               params.get(n) for n in names]
+        own = [_cell(kinds[n], r["params"][n], params[n]) if n in r["params"] else None
+               for n in names]
         rows.append((r["trial"], params, r["epochs"], list(r["rungEpochs"]),
                      [float(m) for m in r["metrics"]], r["stopReason"], r["trial"] == best,
                      *own))
     schema = ("trial int, params map<string,string>, epochs int, rungEpochs array<int>, "
               "metrics array<double>, stopReason string, best boolean")
     for n in names:
-        schema += f", `{n}` " + ("double" if n in numeric else "string")
+        schema += f", `{n}` {kinds[n]}"
     return rows, schema
+
+
+def _kind(values: list) -> str:
+    if values and all(isinstance(v, bool) for v in values):
+        return "boolean"
+    if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return "bigint"
+    if values and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                      for v in values):
+        return "double"
+    return "string"  # JSON text, but a plain string as it is
+
+
+def _cell(kind: str, value, text: str):
+    if kind == "double":
+        return float(value)
+    if kind in ("bigint", "boolean") or isinstance(value, str):
+        return value
+    return text

@@ -22,6 +22,12 @@ from pyspark.ml.param import Param
 
 from sparktf.errors import InvalidInputError
 from sparktf.ml.estimator import LOGS_TO_MLFLOW, TFEstimator
+from sparktf.runtime import storage
+from sparktf.runtime.training import checkpoint
+
+# hparams keys the estimator's own Params fill (TFEstimator.hparams): a hyperParams key of
+# one of these names never reaches modelFn
+RESERVED = ("learningRate", "epochs", "batchSize")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,8 +43,7 @@ class Distribution:
             return float(rng.uniform(*self.args))
         if self.kind == "logUniform":
             return float(math.exp(rng.uniform(math.log(self.args[0]), math.log(self.args[1]))))
-        value = self.args[int(rng.integers(len(self.args)))]
-        return value.item() if hasattr(value, "item") else value
+        return _plain(self.args[int(rng.integers(len(self.args)))])
 
     def __repr__(self) -> str:
         return f"{self.kind}({', '.join(map(repr, self.args))})"
@@ -58,10 +63,16 @@ def logUniform(low: float, high: float) -> Distribution:  # noqa: N802 - pyspark
 
 
 def choice(values) -> Distribution:
-    """One of ``values``, each as likely."""
-    values = tuple(values) if isinstance(values, (list, tuple)) else None
+    """One of ``values`` (a list, tuple, range or 1-d array), each as likely."""
+    given = values
+    if isinstance(values, (list, tuple, range)) or isinstance(values, np.ndarray) \
+            and values.ndim == 1:
+        values = tuple(values)
+    else:
+        values = ()
     if not values:
-        raise InvalidInputError(f"choice takes a non-empty list of values. Received: {values!r}")
+        raise InvalidInputError("choice takes a non-empty list of values (in an order: a set "
+                                f"has none, and the draws follow the seed). Received: {given!r}")
     return Distribution("choice", values)
 
 
@@ -91,6 +102,9 @@ def tuned_stage(estimator) -> tuple[TFEstimator, list]:
 def sampled(stage: TFEstimator, distributions: dict, num_trials: int, seed: int) -> list[dict]:
     """``num_trials`` param maps drawn from ``distributions`` ({Param or hyperParams key:
     Distribution or list}); trial i draws in the keys' order from one seeded stream."""
+    for key in distributions:
+        if isinstance(key, str):
+            _check_key(key)
     rng = np.random.default_rng(seed)
     base = stage.getHyperParams()
     maps = []
@@ -109,6 +123,15 @@ def sampled(stage: TFEstimator, distributions: dict, num_trials: int, seed: int)
     return maps
 
 
+def _check_key(key: str) -> None:
+    if key in RESERVED:
+        raise InvalidInputError(
+            f"{key!r} as a hyperParams key never reaches modelFn: hparams[{key!r}] is the "
+            f"estimator's {key} Param. Tune the Param itself (est.{key})"
+            + (": or rather not at all, the rungs decide the epochs" if key == "epochs"
+               else "") + ".")
+
+
 def check_maps(maps: list[dict], stage: TFEstimator, prefix: list) -> None:
     """Refuses what the search cannot tune, before any job: ``epochs`` (the rungs decide
     it), ``runId`` and ``modelDir`` (each trial has its own), a Param of no stage."""
@@ -119,6 +142,9 @@ def check_maps(maps: list[dict], stage: TFEstimator, prefix: list) -> None:
                 raise InvalidInputError(
                     f"{param!r} is not a Param of the estimator's stages: tune the "
                     "estimator's own Params (est.learningRate), or keys of hyperParams.")
+            if param == stage.hyperParams:
+                for key in param_map[param]:
+                    _check_key(key)
             if param.parent == stage.uid and param.name in ("epochs", "runId", "modelDir"):
                 raise InvalidInputError(
                     f"HalvingSearch decides {param.name} for its trials"
@@ -133,22 +159,30 @@ def labels(maps: list[dict], stage: TFEstimator) -> list[dict]:
     hyper_keys = sorted({k for m in maps for k in m.get(stage.hyperParams, {})
                          if len({json.dumps(_plain(x.get(stage.hyperParams, {}).get(k)),
                                             default=repr) for x in maps}) > 1}, key=str)
+    classes = {}
+    for param_map in maps:
+        for param in param_map:
+            if param.parent != stage.uid:
+                classes.setdefault(param.parent.rsplit("_", 1)[0], set()).add(param.parent)
     out = []
     for param_map in maps:
         shown: dict[str, Any] = {}
         for param, value in param_map.items():
             if param == stage.hyperParams:
                 shown.update({str(k): _plain(value.get(k)) for k in hyper_keys})
-            else:
-                name = param.name if param.parent == stage.uid else \
-                    f"{param.parent.rsplit('_', 1)[0]}.{param.name}"
-                shown[name] = _plain(value)
+            elif param.parent == stage.uid:
+                shown[param.name] = _plain(value)
+            else:  # Stage.name; the stage's uid where two stages of a class are tuned
+                kind = param.parent.rsplit("_", 1)[0]
+                owner = kind if len(classes[kind]) == 1 else param.parent
+                shown[f"{owner}.{param.name}"] = _plain(value)
         out.append(shown)
     return out
 
 
 def _plain(value):
-    return value.item() if hasattr(value, "item") else value
+    """A numpy scalar as the Python number it holds; anything else as it is."""
+    return value.item() if isinstance(value, np.generic) else value
 
 
 class Trials:
@@ -207,6 +241,11 @@ class Trials:
                 f"{sorted(history)}: name a key of it (val_ keys need validationFraction or "
                 "validationCol on the estimator), or give an evaluator.")
         return float(values[min(epochs, len(values)) - 1])
+
+    def stopped(self, index: int) -> bool:
+        """Whether a callback of trial ``index``'s fit stopped its run (it trains no more)."""
+        latest = checkpoint.latest(storage.join(self.folder, f"trial-{index:03d}"))
+        return bool(latest and latest.get("stopped"))
 
     def epochs_trained(self, index: int) -> int:
         history = self.histories.get(index) or {}

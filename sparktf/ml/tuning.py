@@ -13,6 +13,7 @@ holds them (``trainRatio``, ``seed``).
 from __future__ import annotations
 
 import concurrent.futures as futures
+import itertools
 import logging
 import math
 import sys
@@ -30,7 +31,7 @@ from pyspark.util import inheritable_thread_target
 
 from sparktf._driver import checks, sessions
 from sparktf.errors import InvalidInputError, SparkTFError, TaskFailedError
-from sparktf.ml import fit_checks, halving, scratch, trials
+from sparktf.ml import fit_checks, halving, identity, scratch, search_persistence, trials
 from sparktf.ml.param_values import choice as one_of
 from sparktf.ml.param_values import int_at_least, new_param, verbosity
 from sparktf.ml.params import add_setters, without_none
@@ -40,6 +41,7 @@ from sparktf.runtime import storage
 __all__ = ["HalvingSearch", "HalvingSearchModel", "uniform", "logUniform", "choice"]
 
 logger = logging.getLogger("sparktf")
+_SEARCHES = itertools.count(1)  # "search N": the lines of searches at once told apart
 _MAXIMIZED = ("acc", "auc", "precision", "recall", "f1", "iou", "r2")
 
 
@@ -155,13 +157,11 @@ class HalvingSearch(Estimator, _HalvingSearchParams, MLReadable, MLWritable):
         return that
 
     def write(self):
-        from sparktf.ml.search_persistence import SearchWriter
-        return SearchWriter(self)
+        return search_persistence.SearchWriter(self)
 
     @classmethod
     def read(cls):
-        from sparktf.ml.search_persistence import SearchReader
-        return SearchReader(cls)
+        return search_persistence.SearchReader(cls)
 
     def trial_maps(self) -> list[dict]:
         """Each trial's Params: the grid, or ``numTrials`` draws."""
@@ -190,27 +190,27 @@ class HalvingSearch(Estimator, _HalvingSearchParams, MLReadable, MLWritable):
                                     "Pipeline ending in one) to tune.")
         stage, _ = trials.tuned_stage(self.getEstimator())
         maps = self.trial_maps()
+        if not self.isDefined(self.maxEpochs) and \
+                self.getOrDefault(self.minEpochs) > stage.getEpochs():
+            raise InvalidInputError(
+                f"minEpochs={self.getOrDefault(self.minEpochs)} is more than maxEpochs, which "
+                f"is unset and so the estimator's epochs={stage.getEpochs()}. Set maxEpochs.")
         rungs = halving.rungs(self.getOrDefault(self.minEpochs), self.getMaxEpochs(),
                               self.getOrDefault(self.reductionFactor))
         session = sessions.Session(dataset.sparkSession)
         folder = storage.join(stage._model_dir(session.master),
                               f"search-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}")
-        if self.getEvaluator() is None and self.getOrDefault(self.metric).startswith("val_") \
-                and not fit_checks.holds_out_rows(stage):
-            raise InvalidInputError(
-                f"metric={self.getOrDefault(self.metric)!r} is a validation value, but the "
-                "estimator holds out no rows: set validationFraction or validationCol on it, "
-                "name a training value of the history (metric='loss'), or give an "
-                "evaluator.")
         train, validation = self._split(dataset)
         try:
             runner = trials.Trials(self.getEstimator(), maps, folder, train, validation,
                                    self.getEvaluator(), self.getOrDefault(self.metric))
+            self._check_trials(runner, rungs)
             parallelism = self.getParallelism() or self._slots_for(session, stage)
             order = np.random.default_rng(self.getOrDefault(self.seed)).permutation(len(maps))
             schedule = halving.Halving(len(maps), rungs, self.getOrDefault(self.reductionFactor),
                                        [int(i) for i in order])
-            search = _Search(self, runner, schedule, trials.labels(maps, stage))
+            search = _Search(self, runner, schedule, trials.labels(maps, stage),
+                             f"search {next(_SEARCHES)}")
             search.run(parallelism, dataset.sparkSession)
         finally:
             for frame in (train, validation):
@@ -221,6 +221,33 @@ class HalvingSearch(Estimator, _HalvingSearchParams, MLReadable, MLWritable):
             from sparktf.ml import search_tracking
             search_tracking.log_search(self, model, runner)
         return model
+
+    def _check_trials(self, runner: trials.Trials, rungs: list[int]) -> None:
+        """What would fail a trial at a rung, refused before any job: a validation metric
+        a trial cannot have, a model that depends on its epochs (a trial continues its run
+        across rungs: each rung would build another model)."""
+        metric = self.getOrDefault(self.metric)
+        if self.getEvaluator() is None and metric.startswith("val_"):
+            for index, est in enumerate(runner.estimators):
+                if not fit_checks.holds_out_rows(est):
+                    raise InvalidInputError(
+                        f"metric={metric!r} is a validation value, but trial {index}'s "
+                        "estimator holds out no rows: set validationFraction or "
+                        "validationCol on it, name a training value of the history "
+                        "(metric='loss'), or give an evaluator.")
+        if len(rungs) > 1:
+            est = runner.estimators[0]
+            first, last = (identity.model_identity(est.getModelFn(), {**est.hparams(),
+                                                                       "epochs": e})
+                           for e in (rungs[0], rungs[-1]))
+            said = identity.differences(first, last)
+            if said:
+                raise InvalidInputError(
+                    "modelFn builds another model for other epochs (" + "; ".join(said) +
+                    f" at epochs={rungs[0]} then {rungs[-1]}): a trial continues from its "
+                    "checkpoint across rungs, so its model must not depend on "
+                    "hparams['epochs']. Take what it computes from it (a decay's steps) "
+                    "from a hyperParams value of its own.")
 
     def _split(self, dataset):
         """The rows the trials train on and those the evaluator scores: with an evaluator,
@@ -251,7 +278,7 @@ class _Search:
     finished fit to the schedule, says each decision."""
 
     def __init__(self, search: HalvingSearch, runner: trials.Trials,
-                 schedule: halving.Halving, labels: list[dict]):
+                 schedule: halving.Halving, labels: list[dict], search_label: str):
         self.runner, self.schedule, self.labels = runner, schedule, labels
         self.sign = -1.0 if search.larger_is_better() else 1.0
         self.name = search.getOrDefault(search.metric) if search.getEvaluator() is None \
@@ -259,11 +286,11 @@ class _Search:
         self.verbose = search.getOrDefault(search.verbose)
         self.factor = schedule.factor
         self.errors: dict[int, str] = {}
-        self.stopped_early: dict[int, int] = {}
+        self.label = search_label
 
     def say(self, text: str, *args) -> None:
         if self.verbose:
-            logger.info("sparktf: search: " + text, *args)
+            logger.info(f"sparktf: {self.label}: " + text, *args)
 
     def run(self, parallelism: int, spark) -> None:
         """Trains the schedule's jobs, ``parallelism`` at once. A failure that is not one
@@ -306,9 +333,18 @@ class _Search:
         self.schedule.done()
         for trial in self.schedule.trials:
             if trial.ended == halving.STOPPED:
-                self.say("trial %d stops at %d epochs (%s=%.4f: not in the top 1/%d of its "
-                         "rung)", trial.index, self.schedule.rungs[trial.rung], self.name,
-                         self.sign * trial.metrics[-1], self.factor)
+                self.say("trial %d stops at %d epochs (%s=%.4f: %s)", trial.index,
+                         self.schedule.rungs[trial.rung], self.name,
+                         self.sign * trial.metrics[-1], self._why_stopped(trial))
+
+    def _why_stopped(self, trial: halving.Trial) -> str:
+        """Why a trial that finished its rung went no further."""
+        n = self.schedule.reached(trial.rung)
+        if n < self.factor:
+            return (f"{n} trial{'s' * (n > 1)} reached {self.schedule.rungs[trial.rung]} "
+                    f"epochs, fewer than reductionFactor={self.factor}: none is promoted")
+        return (f"not in the top 1/{self.factor} of the {n} trials at "
+                f"{self.schedule.rungs[trial.rung]} epochs")
 
     def _collect(self, future, job) -> BaseException | None:
         """Reports a finished trial's fit to the schedule; the error that stops the search,
@@ -350,11 +386,13 @@ class _Search:
         k = self.schedule.trials[index].rung
         ranked = [t.index for t in self.schedule.at_rung(k)]
         self.say("trial %d (%s): %s=%.4f after %d epochs, %d of %d at this rung", index,
-                 self._label(index), self.name, value, epochs, ranked.index(index) + 1,
+                 self._label(index), self.name, value, trained, ranked.index(index) + 1,
                  len(ranked))
-        if trained < epochs and self.schedule.trials[index].ended is None:
-            self.stopped_early[index] = trained
+        if self.runner.stopped(index) and (trained < self.schedule.rungs[-1] or
+                                           self.schedule.trials[index].ended is None):
             self.schedule.end(index, f"stopped by its callbacks after {trained} epochs")
+            self.say("trial %d stops: its callbacks stopped it after %d epochs", index,
+                     trained)
 
     def result(self, search: HalvingSearch) -> HalvingSearchModel:
         best = self.schedule.best()
@@ -371,8 +409,7 @@ class _Search:
 
     def _record(self, trial: halving.Trial) -> dict:
         reason = {halving.FAILED: "failed: " + self.errors.get(trial.index, "?"),
-                  halving.STOPPED: f"not in the top 1/{self.factor} at "
-                                   f"{self.schedule.rungs[max(trial.rung, 0)]} epochs",
+                  halving.STOPPED: self._why_stopped(trial) if trial.metrics else "",
                   halving.FINISHED: "trained to maxEpochs"}.get(trial.ended, trial.ended)
         return {"trial": trial.index, "params": self.labels[trial.index],
                 "epochs": self.runner.epochs_trained(trial.index),
@@ -405,9 +442,9 @@ class HalvingSearchModel(Model, _HalvingSearchParams, MLReadable, MLWritable):
         each rung it reached), ``stopReason``, ``best``."""
         from pyspark.sql import SparkSession
 
-        from sparktf.ml.search_persistence import trial_rows
         spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
-        return spark.createDataFrame(*trial_rows(self.trialRecords, self.bestTrial))
+        return spark.createDataFrame(*search_persistence.trial_rows(self.trialRecords,
+                                                                    self.bestTrial))
 
     def copy(self, extra=None) -> HalvingSearchModel:
         that = HalvingSearchModel(self.bestModel.copy(extra), self.bestParams,
@@ -416,11 +453,9 @@ class HalvingSearchModel(Model, _HalvingSearchParams, MLReadable, MLWritable):
         return self._copyValues(that, extra)
 
     def write(self):
-        from sparktf.ml.search_persistence import SearchModelWriter
-        return SearchModelWriter(self)
+        return search_persistence.SearchModelWriter(self)
 
     @classmethod
     def read(cls):
-        from sparktf.ml.search_persistence import SearchModelReader
-        return SearchModelReader(cls)
+        return search_persistence.SearchModelReader(cls)
 

@@ -3,6 +3,7 @@ files, wherever the interruption fell (issue 45). The oracle is the same fit run
 interruption, in a folder of its own."""
 
 import csv
+import json
 import os
 
 import keras
@@ -346,3 +347,27 @@ def test_a_run_asked_for_more_epochs_continues_from_its_checkpoint_as_one_fit(sp
     assert returned.getModelPath() == most.getModelPath() and not os.path.exists(log)
     with pytest.raises(sparktf.InvalidInputError, match="trained 6 epochs already"):
         TFEstimator(runId="run", epochs=4, callbacks=callbacks(), **common).fit(frame)
+
+
+def test_a_run_finished_by_an_older_sparktf_continues_after_a_failed_continuation(
+        spark, tmp_path):
+    """Found by review: run.json and result.json of an older sparktf (epochs among the
+    Params, none in the result); a continuation to more epochs fails, and the next fit of
+    those epochs returned the old result as if it had trained them."""
+    frame = _frame(spark)
+    common = dict(modelFn=Builder(4), numWorkers=1, batchSize=32, modelDir=str(tmp_path / "m"),
+                  runId="old")
+    TFEstimator(epochs=2, **common).fit(frame)
+    run_dir = tmp_path / "m" / "old"
+    for name, change in (("run.json", lambda r: {"params": {**r["params"], "epochs": 2},
+                                                 "model": r["model"]}),
+                         ("result.json", lambda r: {k: v for k, v in r.items()
+                                                    if k != "epochs"})):
+        path = run_dir / name
+        record = json.loads(path.read_text())
+        path.write_text(json.dumps(change(record)))
+    with pytest.raises(sparktf.TaskFailedError, match="lost after epoch 3"):
+        TFEstimator(epochs=4, callbacks=[LoseTheRun(str(tmp_path / "lost"), epoch=2)],
+                    **common).fit(frame)
+    continued = TFEstimator(epochs=4, **common).fit(frame)
+    assert len(continued.getHistory()["loss"]) == 4

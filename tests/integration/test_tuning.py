@@ -136,6 +136,46 @@ def test_failed_and_nan_trials_are_recorded_and_stopped_and_all_failing_fails(
                       maxEpochs=2).fit(linear_frame)
 
 
+def decaying(hparams):
+    """A learning rate decayed over the whole fit: the model depends on its epochs."""
+    model = models.linear(hparams)
+    model.compile(optimizer=keras.optimizers.Adam(keras.optimizers.schedules.CosineDecay(
+        0.1, decay_steps=hparams["epochs"] * 4)), loss="mse")
+    return model
+
+
+class StopAfter(keras.callbacks.Callback):
+    def __init__(self, epochs):
+        super().__init__()
+        self.epochs = epochs
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch + 1 >= self.epochs:
+            self.model.stop_training = True
+
+
+def test_trials_their_callbacks_stopped_say_so_and_train_no_further(spark, linear_frame):
+    """Found by review: a trial stopped by its callbacks in the last rung was 'trained to
+    maxEpochs', and one stopped exactly at a rung was promoted to a job that trained
+    nothing."""
+    est = TFEstimator(modelFn=models.linear, numWorkers=1, batchSize=30,
+                      validationFraction=0.25)
+    grid = [{est.learningRate: r} for r in (0.3, 0.1, 0.01)]
+    found = HalvingSearch(estimator=est.copy({est.callbacks: [StopAfter(2)]}), seed=1,
+                          estimatorParamMaps=grid, minEpochs=1, maxEpochs=3,
+                          parallelism=1).fit(linear_frame)
+    [top] = [r for r in found.trialRecords if len(r["rungEpochs"]) == 2]
+    print(top)
+    assert top["epochs"] == 2 and top["stopReason"] == "stopped by its callbacks after 2 epochs"
+    found = HalvingSearch(estimator=est.copy({est.callbacks: [StopAfter(2)]}), seed=1,
+                          estimatorParamMaps=grid, minEpochs=2, maxEpochs=6,
+                          parallelism=1).fit(linear_frame)
+    print(found.trialRecords)
+    assert [r["rungEpochs"] for r in found.trialRecords] == [[2], [2], [2]]
+    assert {r["stopReason"] for r in found.trialRecords} == {
+        "stopped by its callbacks after 2 epochs"}
+
+
 def test_bad_searches_are_refused_before_any_job(spark, linear_frame):
     est = TFEstimator(modelFn=models.linear, numWorkers=1)
     grid = ParamGridBuilder().addGrid(est.epochs, [1, 2]).build()
@@ -149,6 +189,12 @@ def test_bad_searches_are_refused_before_any_job(spark, linear_frame):
     with pytest.raises(sparktf.InvalidInputError, match="minEpochs <= maxEpochs"):
         HalvingSearch(estimator=est, estimatorParamMaps=[{}], minEpochs=4,
                       maxEpochs=3).fit(linear_frame)
+    with pytest.raises(sparktf.InvalidInputError, match="maxEpochs, which is unset and so "
+                                                        "the estimator's epochs=1"):
+        HalvingSearch(estimator=est, estimatorParamMaps=[{}], minEpochs=2).fit(linear_frame)
+    with pytest.raises(sparktf.InvalidInputError, match="must not depend on hparams"):
+        HalvingSearch(estimator=est.copy({est.modelFn: decaying}), estimatorParamMaps=[{}],
+                      metric="loss", maxEpochs=3).fit(linear_frame)
     with pytest.raises(sparktf.InvalidInputError, match="holds out no rows"):
         HalvingSearch(estimator=est, estimatorParamMaps=[{}], metric="val_loss",
                       maxEpochs=2).fit(linear_frame)

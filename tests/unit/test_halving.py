@@ -79,12 +79,12 @@ def test_any_search_trains_no_epoch_twice_and_promotes_only_the_top_fraction(
             trial, start, to = job
             assert start == trained[trial], "a trial resumes where it stopped"
             if start:  # a promotion: among the best floor(n / factor) of its rung (a
-                # trial that failed since counts at no rung: its place goes to the next)
+                # trial that failed since counts in n, its place goes to the next)
                 k = rung_epochs.index(start)
                 failed = {t.index for t in search.trials if t.ended == halving.FAILED}
-                finished = sorted(metrics[(t, k)] for (t, r) in metrics
-                                  if r == k and t not in failed)
-                assert metrics[(trial, k)] <= finished[len(finished) // factor - 1]
+                reached = [t for (t, r) in metrics if r == k]
+                ranked = sorted(metrics[(t, k)] for t in reached if t not in failed)
+                assert metrics[(trial, k)] <= ranked[min(len(reached) // factor, len(ranked)) - 1]
             running.append(job)
             jobs.append(job)
         if not running:
@@ -146,3 +146,61 @@ def test_trial_params_are_drawn_the_same_for_a_seed_and_labelled_by_what_differs
         trials.check_maps(grid, est, [])
     with pytest.raises(InvalidInputError, match="takes a non-empty list"):
         trials.choice([])
+
+
+def test_a_trial_that_fails_at_a_higher_rung_gives_its_place_to_the_next():
+    """Three trials, factor 3: the best (trial 1) is promoted, then fails at rung 1; the
+    next best of rung 0 takes its place (before: none, the rung counted 2 then)."""
+    search = halving.Halving(3, [1, 3], 3)
+    for _ in range(3):
+        trial, _, _ = search.next_job()
+        search.report(trial, [5.0, 1.0, 3.0][trial])
+    assert search.next_job() == (1, 1, 3)
+    search.fail(1)
+    assert search.next_job() == (2, 1, 3)
+    search.report(2, 2.0)
+    assert search.next_job() is None and search.done()
+    assert search.best().index == 2 and search.trials[2].ended == halving.FINISHED
+
+
+def test_what_a_search_refuses_and_how_its_trials_are_shown():
+    """Found by review: a hyperParams key named after a Param modelFn gets from the Param
+    (silently ignored), numpy values (crashed), two stages of one class (one label), a
+    string choice's value in the trials' table (JSON quotes)."""
+    import numpy as np
+    from pyspark.ml.param import Param, Params
+
+    from sparktf.errors import InvalidInputError
+    from sparktf.ml import TFEstimator, search_persistence, trials
+
+    est = TFEstimator()
+    for key in ("learningRate", "epochs", "batchSize"):
+        with pytest.raises(InvalidInputError, match=f"Tune the Param itself \\(est.{key}\\)"):
+            trials.sampled(est, {key: trials.choice([1, 2])}, 2, seed=0)
+        with pytest.raises(InvalidInputError, match="never reaches modelFn"):
+            trials.check_maps([{est.hyperParams: {key: 1}}], est, [])
+    for bad in ({1, 2}, np.zeros((2, 2)), "ab", []):
+        with pytest.raises(InvalidInputError, match=r"choice takes .* Received: "):
+            trials.choice(bad)
+    assert trials.choice(range(3)).args == (0, 1, 2)
+    drawn = trials.sampled(est, {"width": trials.choice(np.array([4, 8]))}, 6, seed=1)
+    assert {type(m[est.hyperParams]["width"]) for m in drawn} == {int}
+
+    class Scaler(Params):  # a stage before the TFEstimator, as pyspark's are (no JVM here)
+        def __init__(self):
+            super().__init__()
+            self.withMean = Param(self, "withMean", "")
+
+    a, b = Scaler(), Scaler()
+    maps = [{a.withMean: x, b.withMean: y, est.hyperParams: {"w": np.array([1.0, i])}}
+            for i, (x, y) in enumerate([(True, False), (False, True)])]
+    shown = trials.labels(maps, est)
+    assert shown[0][f"{a.uid}.withMean"] is True and shown[0][f"{b.uid}.withMean"] is False
+    assert isinstance(shown[0]["w"], np.ndarray)  # shown as it is, no crash
+    records = [{"trial": i, "params": p, "epochs": 1, "rungEpochs": [1], "metrics": [0.5],
+                "stopReason": "x"} for i, p in enumerate(
+        [{"act": "relu", "units": 4, "rate": 0.1, "on": True},
+         {"act": "tanh", "units": 8, "rate": 1, "on": False}])]
+    rows, schema = search_persistence.trial_rows(records, 1)
+    assert schema.endswith("`act` string, `units` bigint, `rate` double, `on` boolean")
+    assert rows[0][-4:] == ("relu", 4, 0.1, True) and rows[1][-4:] == ("tanh", 8, 1.0, False)

@@ -52,6 +52,7 @@ def test_the_exact_tested_set_lies_inside_the_declared_ranges():
 LAZY_IMPORTS = {
     ("sparktf/ml/estimator.py", "sparktf.ml.tracking"): "imports MLflow, which is optional",
     ("sparktf/ml/model.py", "sparktf.ml.tracking"): "imports MLflow, which is optional",
+    ("sparktf/ml/tuning.py", "sparktf.ml.search_tracking"): "imports MLflow, which is optional",
 }
 
 
