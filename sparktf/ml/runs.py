@@ -68,8 +68,10 @@ def begin(run_dir: str, estimator) -> dict | None:
     now = json.loads(json.dumps(asked(estimator)))  # as it reads back
     latest = checkpoint.latest(run_dir) if storage.exists(
         storage.join(run_dir, RUN_FILE)) else None
-    if storage.exists(storage.join(run_dir, RESULT_FILE)):
+    finished = storage.exists(storage.join(run_dir, RESULT_FILE))
+    if finished or latest is not None:
         before = _check_same(run_dir, now)
+    if finished:
         result = _read(run_dir, RESULT_FILE)
         if "epochs" not in result:  # an older sparktf's: the epochs its run was asked, kept
             result["epochs"] = before["epochs"]  # before run.json says the continuation's
@@ -83,7 +85,6 @@ def begin(run_dir: str, estimator) -> dict | None:
                 f"checkpoint left to continue from to {now['epochs']}. Ask "
                 f"epochs={before['epochs']} for its model, or use a new runId.")
     if latest is not None:
-        before = _check_same(run_dir, now)
         _check_epochs(run_dir, latest["epoch"], now["epochs"])
         if before["epochs"] != now["epochs"]:
             logger.info("sparktf: run %s trained %d epochs: it continues from its last "

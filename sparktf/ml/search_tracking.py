@@ -22,7 +22,7 @@ logger = logging.getLogger("sparktf")
 _LIMIT = 500
 
 
-def log_search(search, model, runner) -> None:
+def log_search(search, model) -> None:
     """Logs the finished search to the active MLflow run, if there is one."""
     parent = mlflow.active_run()
     if parent is None:

@@ -105,14 +105,15 @@ def sampled(stage: TFEstimator, distributions: dict, num_trials: int, seed: int)
     for key in distributions:
         if isinstance(key, str):
             _check_key(key)
+    dists = {key: dist if isinstance(dist, Distribution) else choice(dist)
+             for key, dist in distributions.items()}
     rng = np.random.default_rng(seed)
     base = stage.getHyperParams()
     maps = []
     for _ in range(num_trials):
         drawn: dict = {}
         hyper = dict(base)
-        for key, dist in distributions.items():
-            dist = dist if isinstance(dist, Distribution) else choice(dist)
+        for key, dist in dists.items():
             if isinstance(key, Param):
                 drawn[key] = dist.draw(rng)
             else:
@@ -156,9 +157,10 @@ def labels(maps: list[dict], stage: TFEstimator) -> list[dict]:
     """Each trial's Params as people read them: ``{"learningRate": 0.01, "units": 32}``
     (``hyperParams`` keys that differ between trials as names of their own; a Param of a
     Pipeline's earlier stage as ``Stage.name``)."""
-    hyper_keys = sorted({k for m in maps for k in m.get(stage.hyperParams, {})
-                         if len({json.dumps(_plain(x.get(stage.hyperParams, {}).get(k)),
-                                            default=repr) for x in maps}) > 1}, key=str)
+    hypers = [m.get(stage.hyperParams, {}) for m in maps]
+    hyper_keys = sorted((k for k in {k for h in hypers for k in h}
+                         if len({json.dumps(_plain(h.get(k)), default=repr)
+                                 for h in hypers}) > 1), key=str)
     classes = {}
     for param_map in maps:
         for param in param_map:
@@ -244,7 +246,8 @@ class Trials:
 
     def stopped(self, index: int) -> bool:
         """Whether a callback of trial ``index``'s fit stopped its run (it trains no more)."""
-        latest = checkpoint.latest(storage.join(self.folder, f"trial-{index:03d}"))
+        latest = checkpoint.latest(storage.join(self.folder,
+                                                self.estimators[index].getRunId()))
         return bool(latest and latest.get("stopped"))
 
     def epochs_trained(self, index: int) -> int:

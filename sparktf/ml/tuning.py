@@ -12,10 +12,7 @@ holds them (``trainRatio``, ``seed``).
 
 from __future__ import annotations
 
-import concurrent.futures as futures
-import itertools
 import logging
-import math
 import sys
 import time
 import uuid
@@ -27,21 +24,28 @@ from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.ml.param.shared import HasSeed
 from pyspark.ml.util import MLReadable, MLWritable
 from pyspark.sql import functions as F
-from pyspark.util import inheritable_thread_target
 
 from sparktf._driver import checks, sessions
-from sparktf.errors import InvalidInputError, SparkTFError, TaskFailedError
-from sparktf.ml import fit_checks, halving, identity, scratch, search_persistence, trials
+from sparktf.errors import InvalidInputError
+from sparktf.ml import (
+    fit_checks,
+    halving,
+    identity,
+    scratch,
+    search_loop,
+    search_persistence,
+    trials,
+)
 from sparktf.ml.param_values import choice as one_of
 from sparktf.ml.param_values import int_at_least, new_param, verbosity
 from sparktf.ml.params import add_setters, without_none
 from sparktf.ml.trials import choice, logUniform, uniform
 from sparktf.runtime import storage
+from sparktf.runtime.process import cluster
 
 __all__ = ["HalvingSearch", "HalvingSearchModel", "uniform", "logUniform", "choice"]
 
 logger = logging.getLogger("sparktf")
-_SEARCHES = itertools.count(1)  # "search N": the lines of searches at once told apart
 _MAXIMIZED = ("acc", "auc", "precision", "recall", "f1", "iou", "r2")
 
 
@@ -209,17 +213,22 @@ class HalvingSearch(Estimator, _HalvingSearchParams, MLReadable, MLWritable):
             order = np.random.default_rng(self.getOrDefault(self.seed)).permutation(len(maps))
             schedule = halving.Halving(len(maps), rungs, self.getOrDefault(self.reductionFactor),
                                        [int(i) for i in order])
-            search = _Search(self, runner, schedule, trials.labels(maps, stage),
-                             f"search {next(_SEARCHES)}")
+            metric = self.getOrDefault(self.metric) if self.getEvaluator() is None \
+                else self.getEvaluator().getMetricName()
+            search = search_loop.Search(runner, schedule, trials.labels(maps, stage), metric,
+                                        self.larger_is_better(), self.getOrDefault(self.verbose))
             search.run(parallelism, dataset.sparkSession)
         finally:
             for frame in (train, validation):
                 if frame is not dataset and frame is not None:
                     frame.unpersist()
-        model = search.result(self)
+        best, records = search.result()
+        model = self._copyValues(HalvingSearchModel(
+            bestModel=runner.models[best], bestParams=maps[best], trialRecords=records,
+            bestTrial=best))
         if "mlflow" in sys.modules:
             from sparktf.ml import search_tracking
-            search_tracking.log_search(self, model, runner)
+            search_tracking.log_search(self, model)
         return model
 
     def _check_trials(self, runner: trials.Trials, rungs: list[int]) -> None:
@@ -267,156 +276,10 @@ class HalvingSearch(Estimator, _HalvingSearchParams, MLReadable, MLWritable):
     @staticmethod
     def _slots_for(session, stage) -> int:
         """How many trials the cluster's task slots hold at once."""
-        tasks = stage.getNumWorkers() + stage.getNumPs() + (1 if stage.getNumPs() else 0) \
-            + (1 if stage.getEvaluator() else 0)
+        tasks = len(cluster.assign_roles(stage.getNumWorkers(), stage.getNumPs(),
+                                         stage.getEvaluator()))
         slots = checks.check_capacity(session, tasks, "HalvingSearch")
         return max(1, slots // tasks)
-
-
-class _Search:
-    """One search's loop on the driver: keeps ``parallelism`` fits running, reports each
-    finished fit to the schedule, says each decision."""
-
-    def __init__(self, search: HalvingSearch, runner: trials.Trials,
-                 schedule: halving.Halving, labels: list[dict], search_label: str):
-        self.runner, self.schedule, self.labels = runner, schedule, labels
-        self.sign = -1.0 if search.larger_is_better() else 1.0
-        self.name = search.getOrDefault(search.metric) if search.getEvaluator() is None \
-            else search.getEvaluator().getMetricName()
-        self.verbose = search.getOrDefault(search.verbose)
-        self.factor = schedule.factor
-        self.errors: dict[int, str] = {}
-        self.label = search_label
-
-    def say(self, text: str, *args) -> None:
-        if self.verbose:
-            logger.info(f"sparktf: {self.label}: " + text, *args)
-
-    def run(self, parallelism: int, spark) -> None:
-        """Trains the schedule's jobs, ``parallelism`` at once. A failure that is not one
-        trial's own (or Ctrl-C) cancels the running trials' jobs and is raised."""
-        session, tag = sessions.Session(spark), f"sparktf-search-{uuid.uuid4().hex}"
-
-        def train(index: int, epochs: int) -> float:
-            session.add_tag(tag)  # this thread's jobs: cancelled with the search
-            try:
-                return self.runner.train(index, epochs)
-            finally:
-                session.remove_tag(tag)
-
-        fatal = None
-        with futures.ThreadPoolExecutor(parallelism, thread_name_prefix="sparktf-trial") \
-                as pool:
-            running: dict = {}
-            try:
-                while True:
-                    while fatal is None and len(running) < parallelism:
-                        job = self.schedule.next_job()
-                        if job is None:
-                            break
-                        self._starting(*job)
-                        running[pool.submit(inheritable_thread_target(spark)(train),
-                                            job[0], job[2])] = job
-                    if not running:
-                        break
-                    done, _ = futures.wait(running, return_when=futures.FIRST_COMPLETED)
-                    for future in done:
-                        error = self._collect(future, running.pop(future))
-                        fatal = fatal or error  # the first: the others are its cancels
-                        if error is not None and running:
-                            session.cancel_tag(tag)
-            except BaseException:  # Ctrl-C: the running trials' jobs go, then the pool
-                session.cancel_tag(tag)
-                raise
-        if fatal is not None:
-            raise fatal
-        self.schedule.done()
-        for trial in self.schedule.trials:
-            if trial.ended == halving.STOPPED:
-                self.say("trial %d stops at %d epochs (%s=%.4f: %s)", trial.index,
-                         self.schedule.rungs[trial.rung], self.name,
-                         self.sign * trial.metrics[-1], self._why_stopped(trial))
-
-    def _why_stopped(self, trial: halving.Trial) -> str:
-        """Why a trial that finished its rung went no further."""
-        n = self.schedule.reached(trial.rung)
-        if n < self.factor:
-            return (f"{n} trial{'s' * (n > 1)} reached {self.schedule.rungs[trial.rung]} "
-                    f"epochs, fewer than reductionFactor={self.factor}: none is promoted")
-        return (f"not in the top 1/{self.factor} of the {n} trials at "
-                f"{self.schedule.rungs[trial.rung]} epochs")
-
-    def _collect(self, future, job) -> BaseException | None:
-        """Reports a finished trial's fit to the schedule; the error that stops the search,
-        if its fit raised one that is not the trial's own."""
-        index, _, epochs = job
-        try:
-            self._finished(index, epochs, future.result())
-        except TaskFailedError as e:  # the trial's own: its modelFn, its data
-            self.schedule.fail(index)
-            self.errors[index] = f"{type(e).__name__}: {e}"
-            self.say("trial %d (%s) failed: %s", index, self._label(index),
-                     str(e).splitlines()[0])
-        except BaseException as e:  # noqa: BLE001 - the search's: raised by run
-            self.schedule.fail(index)
-            return e
-        return None
-
-    def _label(self, index: int) -> str:
-        return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                         for k, v in self.labels[index].items()) or "the estimator's Params"
-
-    def _starting(self, index: int, start: int, epochs: int) -> None:
-        if start:
-            k = self.schedule.rungs.index(start)
-            self.say("trial %d promoted: it continues from %d to %d epochs (%s=%.4f, in the "
-                     "top 1/%d of the %d trials at %d epochs)", index, start, epochs, self.name,
-                     self.sign * self.schedule.trials[index].metrics[k], self.factor,
-                     len(self.schedule.at_rung(k)), start)
-
-    def _finished(self, index: int, epochs: int, value: float) -> None:
-        trained = self.runner.epochs_trained(index)
-        if not math.isfinite(value):
-            self.schedule.fail(index)
-            self.errors[index] = f"its {self.name} was {value} after {trained} epochs"
-            self.say("trial %d (%s) failed: %s=%s after %d epochs", index, self._label(index),
-                     self.name, value, trained)
-            return
-        self.schedule.report(index, self.sign * value)
-        k = self.schedule.trials[index].rung
-        ranked = [t.index for t in self.schedule.at_rung(k)]
-        self.say("trial %d (%s): %s=%.4f after %d epochs, %d of %d at this rung", index,
-                 self._label(index), self.name, value, trained, ranked.index(index) + 1,
-                 len(ranked))
-        if self.runner.stopped(index) and (trained < self.schedule.rungs[-1] or
-                                           self.schedule.trials[index].ended is None):
-            self.schedule.end(index, f"stopped by its callbacks after {trained} epochs")
-            self.say("trial %d stops: its callbacks stopped it after %d epochs", index,
-                     trained)
-
-    def result(self, search: HalvingSearch) -> HalvingSearchModel:
-        best = self.schedule.best()
-        if best is None:
-            said = "; ".join(f"trial {i}: {e.splitlines()[0]}" for i, e in
-                             sorted(self.errors.items())[:3])
-            raise SparkTFError(f"Every trial of the search failed ({said}). Fix the cause "
-                               "the first trials name, then fit again.")
-        records = [self._record(t) for t in self.schedule.trials]
-        model = HalvingSearchModel(bestModel=self.runner.models[best.index],
-                                   bestParams=self.runner.maps[best.index],
-                                   trialRecords=records, bestTrial=best.index)
-        return search._copyValues(model)
-
-    def _record(self, trial: halving.Trial) -> dict:
-        reason = {halving.FAILED: "failed: " + self.errors.get(trial.index, "?"),
-                  halving.STOPPED: self._why_stopped(trial) if trial.metrics else "",
-                  halving.FINISHED: "trained to maxEpochs"}.get(trial.ended, trial.ended)
-        return {"trial": trial.index, "params": self.labels[trial.index],
-                "epochs": self.runner.epochs_trained(trial.index),
-                "rungEpochs": self.schedule.rungs[:len(trial.metrics)],
-                "metrics": [self.sign * m for m in trial.metrics],
-                "stopReason": reason,
-                "history": self.runner.histories.get(trial.index, {})}
 
 
 class HalvingSearchModel(Model, _HalvingSearchParams, MLReadable, MLWritable):

@@ -205,17 +205,25 @@ def test_bad_searches_are_refused_before_any_job(spark, linear_frame):
             linear_frame)
 
 
+class Hold(keras.callbacks.Callback):
+    """Holds its fit before the first epoch until the task's process is killed."""
+
+    def on_train_begin(self, logs=None):
+        import threading
+        threading.Event().wait()
+
+
 def test_an_error_of_the_search_not_of_a_trial_cancels_the_running_trials(
         spark, linear_frame, tmp_path):
     """A metric the history lacks is the search's error, not a trial's: raised, and the
-    trial running beside it (a slow one: a step per row) is cancelled, not awaited: its
-    run never finishes."""
+    trial running beside it (held: it would never end) is cancelled, not awaited: its run
+    never finishes. (It was a slow trial, which a delayed start let finish first.)"""
     est = TFEstimator(modelFn=models.linear, numWorkers=1, batchSize=30,
                       modelDir=str(tmp_path / "m"))
-    grid = [{est.batchSize: 1}, {est.batchSize: 120}]  # trial 0: 120 steps an epoch
+    grid = [{est.callbacks: [Hold()]}, {}]
     with pytest.raises(sparktf.InvalidInputError, match="'mse' is not in the fit's history"):
-        HalvingSearch(estimator=est, estimatorParamMaps=grid, metric="mse", minEpochs=60,
-                      maxEpochs=60, parallelism=2).fit(linear_frame)
+        HalvingSearch(estimator=est, estimatorParamMaps=grid, metric="mse", minEpochs=2,
+                      maxEpochs=2, parallelism=2).fit(linear_frame)
     [search] = os.listdir(tmp_path / "m")
     assert os.path.exists(tmp_path / "m" / search / "trial-001" / "result.json")
     assert not os.path.exists(tmp_path / "m" / search / "trial-000" / "result.json")

@@ -1,0 +1,168 @@
+"""The loop of a ``HalvingSearch`` on the driver: ``parallelism`` trials' fits at once
+in threads of its own, each finished fit reported to the schedule (``halving``) and the
+next job started at once, a line per rung decision, each trial's record at the end.
+
+A trial's own failure (``TaskFailedError``, a NaN metric) stops that trial; any other
+error, or Ctrl-C, cancels the running trials' Spark jobs (a job tag per search) and is
+raised once their threads end.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as futures
+import itertools
+import logging
+import math
+import uuid
+
+from pyspark.util import inheritable_thread_target
+
+from sparktf._driver import sessions
+from sparktf.errors import SparkTFError, TaskFailedError
+from sparktf.ml import halving, trials
+
+logger = logging.getLogger("sparktf")
+_SEARCHES = itertools.count(1)  # "search N": the lines of searches at once told apart
+
+
+class Search:
+    """One search's loop: keeps ``parallelism`` fits running, reports each finished fit
+    to the schedule, says each decision. ``metric``: the name the lines give the metric;
+    ``larger_is_better``: its direction (the schedule ranks lower first)."""
+
+    def __init__(self, runner: trials.Trials, schedule: halving.Halving, labels: list[dict],
+                 metric: str, larger_is_better: bool, verbose: int):
+        self.runner, self.schedule, self.labels = runner, schedule, labels
+        self.sign = -1.0 if larger_is_better else 1.0
+        self.name, self.verbose = metric, verbose
+        self.factor = schedule.factor
+        self.errors: dict[int, str] = {}
+        self.label = f"search {next(_SEARCHES)}"
+
+    def say(self, text: str, *args) -> None:
+        if self.verbose:
+            logger.info(f"sparktf: {self.label}: " + text, *args)
+
+    def run(self, parallelism: int, spark) -> None:
+        """Trains the schedule's jobs, ``parallelism`` at once. A failure that is not one
+        trial's own (or Ctrl-C) cancels the running trials' jobs and is raised."""
+        session, tag = sessions.Session(spark), f"sparktf-search-{uuid.uuid4().hex}"
+
+        def train(index: int, epochs: int) -> float:
+            session.add_tag(tag)  # this thread's jobs: cancelled with the search
+            try:
+                return self.runner.train(index, epochs)
+            finally:
+                session.remove_tag(tag)
+
+        fatal = None
+        with futures.ThreadPoolExecutor(parallelism, thread_name_prefix="sparktf-trial") \
+                as pool:
+            running: dict = {}
+            try:
+                while True:
+                    while fatal is None and len(running) < parallelism:
+                        job = self.schedule.next_job()
+                        if job is None:
+                            break
+                        self._starting(*job)
+                        running[pool.submit(inheritable_thread_target(spark)(train),
+                                            job[0], job[2])] = job
+                    if not running:
+                        break
+                    done, _ = futures.wait(running, return_when=futures.FIRST_COMPLETED)
+                    for future in done:
+                        error = self._collect(future, running.pop(future))
+                        fatal = fatal or error  # the first: the others are its cancels
+                        if error is not None and running:
+                            session.cancel_tag(tag)
+            except BaseException:  # Ctrl-C: the running trials' jobs go, then the pool
+                session.cancel_tag(tag)
+                raise
+        if fatal is not None:
+            raise fatal
+        self.schedule.done()
+        for trial in self.schedule.trials:
+            if trial.ended == halving.STOPPED:
+                self.say("trial %d stops at %d epochs (%s=%.4f: %s)", trial.index,
+                         self.schedule.rungs[trial.rung], self.name,
+                         self.sign * trial.metrics[-1], self._why_stopped(trial))
+
+    def _why_stopped(self, trial: halving.Trial) -> str:
+        """Why a trial that finished its rung went no further."""
+        n = self.schedule.reached(trial.rung)
+        if n < self.factor:
+            return (f"{n} trial{'s' * (n > 1)} reached {self.schedule.rungs[trial.rung]} "
+                    f"epochs, fewer than reductionFactor={self.factor}: none is promoted")
+        return (f"not in the top 1/{self.factor} of the {n} trials at "
+                f"{self.schedule.rungs[trial.rung]} epochs")
+
+    def _collect(self, future, job) -> BaseException | None:
+        """Reports a finished trial's fit to the schedule; the error that stops the search,
+        if its fit raised one that is not the trial's own."""
+        index, _, epochs = job
+        try:
+            self._finished(index, epochs, future.result())
+        except TaskFailedError as e:  # the trial's own: its modelFn, its data
+            self.schedule.fail(index)
+            self.errors[index] = f"{type(e).__name__}: {e}"
+            self.say("trial %d (%s) failed: %s", index, self._label(index),
+                     str(e).splitlines()[0])
+        except BaseException as e:  # noqa: BLE001 - the search's: raised by run
+            self.schedule.fail(index)
+            return e
+        return None
+
+    def _label(self, index: int) -> str:
+        return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                         for k, v in self.labels[index].items()) or "the estimator's Params"
+
+    def _starting(self, index: int, start: int, epochs: int) -> None:
+        if start:
+            k = self.schedule.rungs.index(start)
+            self.say("trial %d promoted: it continues from %d to %d epochs (%s=%.4f, in the "
+                     "top 1/%d of the %d trials at %d epochs)", index, start, epochs, self.name,
+                     self.sign * self.schedule.trials[index].metrics[k], self.factor,
+                     self.schedule.reached(k), start)
+
+    def _finished(self, index: int, epochs: int, value: float) -> None:
+        trained = self.runner.epochs_trained(index)
+        if not math.isfinite(value):
+            self.schedule.fail(index)
+            self.errors[index] = f"its {self.name} was {value} after {trained} epochs"
+            self.say("trial %d (%s) failed: %s=%s after %d epochs", index, self._label(index),
+                     self.name, value, trained)
+            return
+        self.schedule.report(index, self.sign * value)
+        k = self.schedule.trials[index].rung
+        ranked = [t.index for t in self.schedule.at_rung(k)]
+        self.say("trial %d (%s): %s=%.4f after %d epochs, %d of %d at this rung", index,
+                 self._label(index), self.name, value, trained, ranked.index(index) + 1,
+                 len(ranked))
+        if self.runner.stopped(index) and (trained < self.schedule.rungs[-1] or
+                                           self.schedule.trials[index].ended is None):
+            self.schedule.end(index, f"stopped by its callbacks after {trained} epochs")
+            self.say("trial %d stops: its callbacks stopped it after %d epochs", index,
+                     trained)
+
+    def result(self) -> tuple[int, list[dict]]:
+        """The best trial's index and every trial's record; ``SparkTFError`` if every
+        trial failed."""
+        best = self.schedule.best()
+        if best is None:
+            said = "; ".join(f"trial {i}: {e.splitlines()[0]}" for i, e in
+                             sorted(self.errors.items())[:3])
+            raise SparkTFError(f"Every trial of the search failed ({said}). Fix the cause "
+                               "the first trials name, then fit again.")
+        return best.index, [self._record(t) for t in self.schedule.trials]
+
+    def _record(self, trial: halving.Trial) -> dict:
+        reason = {halving.FAILED: "failed: " + self.errors.get(trial.index, "?"),
+                  halving.STOPPED: self._why_stopped(trial) if trial.metrics else "",
+                  halving.FINISHED: "trained to maxEpochs"}.get(trial.ended, trial.ended)
+        return {"trial": trial.index, "params": self.labels[trial.index],
+                "epochs": self.runner.epochs_trained(trial.index),
+                "rungEpochs": self.schedule.rungs[:len(trial.metrics)],
+                "metrics": [self.sign * m for m in trial.metrics],
+                "stopReason": reason,
+                "history": self.runner.histories.get(trial.index, {})}
