@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import shutil
 import sys
+import tempfile
 import time
 
 N_FEATURES = 28
+
+
+def scratch(prefix: str) -> str:
+    """A new folder in the temp dir for the bench's data and models, removed when the
+    bench ends (a bench's fits write hundreds of MB)."""
+    folder = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
 
 
 def session(master: str = "local-cluster[2,1,2048]", **conf):

@@ -15,7 +15,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -65,7 +64,7 @@ def main():
     X = np.stack(pdf["features"].to_numpy()).astype("float32")
     y = pdf["label"].to_numpy().astype("float32")
 
-    folder = tempfile.mkdtemp(prefix="sparktf-epoch-bench-")
+    folder = common.scratch("sparktf-epoch-bench-")
     ours_log, keras_log = os.path.join(folder, "sparktf.jsonl"), os.path.join(folder, "keras.jsonl")
     TFEstimator(modelFn=common.higgs_mlp, numWorkers=args.workers, epochs=args.epochs,
                 batchSize=args.batch, learningRate=1e-3, shuffle=False,

@@ -132,11 +132,10 @@ def run_sparktf(spark, df, rows, workers=2, stream=False):
 
 def run_parquet(spark, df, rows):
     """inputMode='parquet': write once (timed apart), then workers read their files."""
-    import tempfile
 
     from sparktf._driver import launch, pickling
 
-    uri = os.path.join(tempfile.mkdtemp(prefix="sparktf-bench-"), "data")
+    uri = os.path.join(common.scratch("sparktf-bench-"), "data")
     _, write_s = common.timed(lambda: df.repartition(4).write.parquet(uri))
     payload = pickling.pickle_main(consume, {"batch": BATCH // 2})
     stage = launch.LaunchSpec(payload, 2, columns=("features", "label"), parquet_uri=uri)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
@@ -199,7 +198,7 @@ def main() -> int:
     args = parser.parse_args()
     global WARM_ROUNDS, MODEL
     WARM_ROUNDS, MODEL = args.warm_rounds, args.model
-    path = os.path.join(tempfile.mkdtemp(prefix="sparktf-bench-"), MODEL)
+    path = os.path.join(common.scratch("sparktf-bench-"), MODEL)
     (export_text if MODEL == "text" else export_mlp)(path)
     single = single_process(path, args.rows)
     only = set(args.only or ["sparktf", "pbu", "tfos", "floor"])

@@ -66,7 +66,7 @@ def numbers(rows: int) -> dict:
                                    {"batch": BATCH // 2, "column": "features"},
                                    numWorkers=2, df=df)
         assert sum(n for n, _, _ in out) == rows
-        path = os.path.join(tempfile.mkdtemp(prefix="sparktf-bench-"), "mlp")
+        path = os.path.join(common.scratch("sparktf-bench-"), "mlp")
         inference_bench.export_mlp(path)
         model = TFModel(modelPath=path, inputMapping={"features": "features"},
                         outputMapping={"score": "score"}, batchSize=BATCH)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -85,7 +84,7 @@ def main() -> int:
 
     from sparktf.ml import TFModel
 
-    folder = tempfile.mkdtemp(prefix="sparktf-lengths-")
+    folder = common.scratch("sparktf-lengths-")
     kinds = ("pooling", "masked GRU", "unmasked GRU")
     for kind in kinds:
         _export(kind, os.path.join(folder, kind.replace(" ", "_")))

@@ -26,7 +26,6 @@ import argparse
 import logging
 import os
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -80,7 +79,7 @@ def main(argv=None) -> None:
 
     logging.basicConfig(level=logging.WARNING)
     spark = common.session()
-    folder = tempfile.mkdtemp(prefix="sparktf-tuning-bench-")
+    folder = common.scratch("sparktf-tuning-bench-")
     frame = digits_frame(spark, folder)
     est = TFEstimator(modelFn=digits_cnn, numWorkers=1, batchSize=BATCH, epochs=args.epochs,
                       hyperParams={"units": WIDTHS[0]}, shuffle=True, seed=1, verbose=0,

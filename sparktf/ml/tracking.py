@@ -15,6 +15,7 @@ says why.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import importlib.metadata
 import logging
@@ -28,6 +29,7 @@ import pyarrow as pa
 from pyspark.ml.linalg import SparseVector, Vector, Vectors
 
 from sparktf.errors import InvalidInputError
+from sparktf.ml import scratch
 from sparktf.runtime import storage
 from sparktf.runtime.scoring import inference, saved_models
 from sparktf.runtime.scoring import spec as score_spec
@@ -90,10 +92,13 @@ def _text(value) -> str:
 
 def resolve(uri: str) -> str:
     """The SavedModel inside an MLflow model logged by sparktf (``runs:/...``,
-    ``models:/name/version``), downloaded to this machine once per URI."""
+    ``models:/name/version``), downloaded to this machine once per URI, into a folder
+    removed when this process ends (MLflow's own default folder is never removed)."""
     if uri in _resolved:
         return _resolved[uri]
-    local = mlflow.artifacts.download_artifacts(artifact_uri=uri)
+    folder = tempfile.mkdtemp(prefix="sparktf-mlflow-")
+    atexit.register(scratch.remove, folder, os.getpid())
+    local = mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=folder)
     found = [root for root, _, files in os.walk(os.path.join(local, "artifacts"))
              if "saved_model.pb" in files]
     saved = found[0] if len(found) == 1 else None

@@ -7,6 +7,8 @@ SavedModel returning its inputs), against the NumPy reference of
 ``InvalidInputError`` before any job. (``tests/unit/test_column_cases.py`` runs the
 same columns through the runtime in one process, with a larger budget.)"""
 
+import contextlib
+import os
 import tempfile
 
 import pytest
@@ -82,17 +84,19 @@ def test_every_refused_kind_is_refused_on_the_driver(spark, ddl, value):
     assert spark.sparkContext.statusTracker().getJobIdsForGroup() == jobs  # no job ran
 
 
+@contextlib.contextmanager
 def _scoring_case(chosen, rows):
-    """(model folder, first-input model folder) for these columns."""
+    """(model folder, first-input model folder) for these columns, removed after."""
     from tests.generated import scoring_models
 
     names = column_cases.column_names(chosen)
     inputs = {n: (k.dtype, column_cases.input_shape(k, rows, i))
               for i, (n, k) in enumerate(zip(names, chosen))}
-    whole, first = tempfile.mkdtemp(), tempfile.mkdtemp()
-    scoring_models.save(whole, inputs)
-    scoring_models.save(first, {names[0]: inputs[names[0]]}, first_only=True)
-    return whole, first
+    with tempfile.TemporaryDirectory(prefix="sparktf-test-scoring-") as folder:
+        whole, first = os.path.join(folder, "whole"), os.path.join(folder, "first")
+        scoring_models.save(whole, inputs)
+        scoring_models.save(first, {names[0]: inputs[names[0]]}, first_only=True)
+        yield whole, first
 
 
 @settings(max_examples=budget(4, 60))
@@ -111,8 +115,12 @@ def _scoring_case(chosen, rows):
           [(0, [0.0])]), 1, True)
 def test_any_columns_score_through_transform_and_udf(spark, frame, tasks, null_row):
     chosen, rows = frame
+    with _scoring_case(chosen, rows) as (whole, first):
+        _score_and_compare(spark, chosen, rows, tasks, null_row, whole, first)
+
+
+def _score_and_compare(spark, chosen, rows, tasks, null_row, whole, first):
     names = column_cases.column_names(chosen)
-    whole, first = _scoring_case(chosen, rows)
     if null_row:  # a null input: its row is kept, with null outputs
         rows = [*rows, (len(rows), None, *rows[0][2:])]
     df = _frame(spark, chosen, rows, tasks)

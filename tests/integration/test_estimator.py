@@ -379,7 +379,8 @@ class _Snapshots(keras.callbacks.Callback):
         self.weights.append(self.model.get_weights())
 
 
-def test_keep_best_file_callbacks_and_early_stopping_keep_what_keras_keeps(spark, tmp_path):
+def test_keep_best_file_callbacks_and_early_stopping_keep_what_keras_keeps(spark, tmp_path,
+                                                                          tmp_path_factory):
     """keepBest='loss' exports the best epoch's weights (the history names it), Keras's file
     callbacks write once, from the chief, what Keras's fit writes, and
     EarlyStopping(restore_best_weights=True) exports the restored weights, as Keras's fit
@@ -396,7 +397,7 @@ def test_keep_best_file_callbacks_and_early_stopping_keep_what_keras_keeps(spark
 
     snapshots = _Snapshots()
     keras_model = models.linear({"learningRate": rate})
-    keras_csv = os.path.join(tempfile.mkdtemp(), "keras.csv")
+    keras_csv = str(tmp_path_factory.mktemp("keras") / "keras.csv")
     keras_history = keras_model.fit(plan_oracle.planned_batches(X, y, steps), epochs=5,
                                     shuffle=False, verbose=0, callbacks=[
                                         snapshots, keras.callbacks.CSVLogger(keras_csv)]).history

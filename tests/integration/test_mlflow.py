@@ -39,7 +39,7 @@ def _est():
                        learningRate=0.05, validationFraction=0.2, seed=5)
 
 
-def test_a_fit_in_a_run_logs_params_metrics_and_a_model_mlflow_serves(store, frame):
+def test_a_fit_in_a_run_logs_params_metrics_and_a_model_mlflow_serves(store, frame, tmp_path):
     client, _ = store
     with mlflow.start_run() as run:
         model = _est().fit(frame)
@@ -52,7 +52,8 @@ def test_a_fit_in_a_run_logs_params_metrics_and_a_model_mlflow_serves(store, fra
         steps = client.get_metric_history(run.info.run_id, key)
         assert [m.step for m in steps] == [1, 2, 3], key
         assert [m.value for m in steps] == pytest.approx(values, rel=1e-9), key
-    served = mlflow.pyfunc.load_model(f"runs:/{run.info.run_id}/model")
+    served = mlflow.pyfunc.load_model(f"runs:/{run.info.run_id}/model",
+                                       dst_path=str(tmp_path))
     rows = frame.toPandas()
     predicted = served.predict(rows[["features"]])["prediction"].to_numpy()
     expected = np.array([r.prediction for r in model.transform(frame).collect()])
@@ -65,7 +66,8 @@ def test_a_fit_in_a_run_logs_params_metrics_and_a_model_mlflow_serves(store, fra
 
 
 @pytest.mark.parametrize("name", list(model_kinds.KINDS))
-def test_every_kind_of_model_is_logged_and_served_with_every_output(spark, store, name):
+def test_every_kind_of_model_is_logged_and_served_with_every_output(spark, store, name,
+                                                                    tmp_path):
     kind = model_kinds.KINDS[name]
     df = model_kinds.frame(spark, kind)
     _, experiment = store
@@ -75,7 +77,8 @@ def test_every_kind_of_model_is_logged_and_served_with_every_output(spark, store
         experiment_ids=[experiment], filter_string=f"source_run_id = '{run.info.run_id}'",
         output_format="list")
     assert [m.name for m in logged] == ["model"]
-    served = mlflow.pyfunc.load_model(f"runs:/{run.info.run_id}/model")
+    served = mlflow.pyfunc.load_model(f"runs:/{run.info.run_id}/model",
+                                       dst_path=str(tmp_path))
     rows = df.toPandas()
     expected = model.transform(df).toPandas()
     inputs = [rows[list(kind.inputs)]]

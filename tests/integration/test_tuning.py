@@ -253,7 +253,8 @@ def test_a_pipeline_sampled_trials_mlflow_child_runs_and_persistence(spark, tmp_
         with mlflow.start_run() as parent:
             found = search.fit(frame)
         _check_runs(mlflow.MlflowClient(), parent, found)
-        served = mlflow.pyfunc.load_model(f"runs:/{parent.info.run_id}/model")  # the best
+        served = mlflow.pyfunc.load_model(f"runs:/{parent.info.run_id}/model",
+                                       dst_path=str(tmp_path))  # the best
         scaled = found.bestModel.stages[0].transform(frame).select("features").toPandas()
         np.testing.assert_allclose(
             served.predict(scaled)["prediction"].tolist(),

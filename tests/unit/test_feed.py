@@ -190,7 +190,7 @@ def test_split_column_sends_flagged_rows_to_a_second_shard(tmp_path):
 
 
 FAULTS_PROBE = """
-import resource, sys, tempfile, time
+import resource, sys, time
 import numpy as np, pyarrow as pa
 from sparktf.runtime.feed import arrival, shards
 from sparktf.runtime.process import task
@@ -201,7 +201,7 @@ x = np.random.default_rng(0).standard_normal((rows, width), dtype=np.float32)
 arr = pa.ListArray.from_arrays(pa.array(np.arange(0, rows * width + 1, width, np.int32)),
                                pa.array(x.ravel()))
 batches = [pa.RecordBatch.from_arrays([arr], names=["features"])] * 100
-shard, _ = shards.spill(batches, tempfile.mkdtemp() + "/shard.arrow", ("features",))
+shard, _ = shards.spill(batches, sys.argv[1] + "/shard.arrow", ("features",))
 ctx = TaskContext(jobName="worker", taskIndex=0, rank=0, clusterSpec={}, numWorkers=1,
                   share=arrival.Share(shard.num_rows, (shard.num_rows,), shard,
                                       feedSpec=task._merged_feed([task._describe(shard)])))
@@ -228,15 +228,15 @@ print(without[0], with_[0], f"{without[1]:.3f}", f"{with_[1]:.3f}")
 """
 
 
-def test_from_generator_tensors_reuse_freed_memory_instead_of_faulting_it_in():
+def test_from_generator_tensors_reuse_freed_memory_instead_of_faulting_it_in(tmp_path):
     """TensorFlow's generator dataset makes every buffer over 128 KB a fresh mmap (its
     M_TRIM_THRESHOLD setting); ctx.dataset() undoes that, so 1M rows of 28 floats go
     through without page-faulting every chunk in again."""
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-c", FAULTS_PROBE], capture_output=True,
-                         text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-c", FAULTS_PROBE, str(tmp_path)],
+                         capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     without, with_, without_s, with_s = out.stdout.split()
     print(f"1M rows through ctx.dataset(), the median of 5 passes: {without} page faults in "
