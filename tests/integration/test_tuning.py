@@ -306,3 +306,37 @@ def _check_runs(client, parent, found):
         np.testing.assert_allclose([m.value for m in losses], record["history"]["loss"])
     logged = client.get_run(parent.info.run_id)
     assert "best_metric" in logged.data.metrics and "search.maxEpochs" in logged.data.params
+
+
+def test_autolog_makes_the_parent_run_and_trial_fits_open_no_runs_of_their_own(
+        spark, linear_frame, tmp_path):
+    """``mlflow.pyspark.ml.autolog()`` opens a run around the search's fit (the trials'
+    fits, in the search's threads, are nested fits that autolog leaves alone): that run is
+    the parent, with a child run per trial, and no trial opens a run of its own."""
+    mlflow = pytest.importorskip("mlflow", reason="pip install 'sparktf[mlflow]'")
+    autolog = pytest.importorskip("mlflow.pyspark.ml").autolog
+
+    est = TFEstimator(modelFn=models.linear, numWorkers=1, batchSize=30,
+                      validationFraction=0.25)
+    grid = ParamGridBuilder().addGrid(est.learningRate, [0.3, 0.1, 0.01, 0.001]).build()
+    search = HalvingSearch(estimator=est, estimatorParamMaps=grid, metric="val_loss",
+                           minEpochs=1, maxEpochs=2, reductionFactor=2, parallelism=2)
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+    autolog(log_models=False, silent=True)
+    try:
+        experiment = mlflow.create_experiment(
+            "sparktf-autolog", artifact_location=(tmp_path / "artifacts").as_uri())
+        mlflow.set_experiment(experiment_id=experiment)
+        found = search.fit(linear_frame)
+        client = mlflow.MlflowClient()
+        runs = client.search_runs([experiment])
+        top = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+        assert len(top) == 1, [(r.info.run_id, r.data.tags) for r in runs]
+        [parent] = top
+        assert mlflow.active_run() is None  # autolog's run ended with the fit
+        assert parent.info.status == "FINISHED"
+        _check_runs(client, parent, found)
+        assert len(runs) == 1 + len(found.trialRecords)
+    finally:
+        autolog(disable=True)
+        mlflow.set_tracking_uri(None)
