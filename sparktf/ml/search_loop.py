@@ -4,7 +4,8 @@ next job started at once, a line per rung decision, each trial's record at the e
 
 A trial's own failure (``TaskFailedError``, a NaN metric) stops that trial; any other
 error, or Ctrl-C, cancels the running trials' Spark jobs (a job tag per search) and is
-raised once their threads end.
+raised once their threads end. With a journal (``search_journal``), each decision is
+written before the next job starts, and a search that finds one resumes from it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pyspark.util import inheritable_thread_target
 
 from sparktf._driver import sessions
 from sparktf.errors import SparkTFError, TaskFailedError
-from sparktf.ml import halving, trials
+from sparktf.ml import halving, search_journal, trials
 
 logger = logging.getLogger("sparktf")
 _SEARCHES = itertools.count(1)  # "search N": the lines of searches at once told apart
@@ -31,13 +32,39 @@ class Search:
     ``larger_is_better``: its direction (the schedule ranks lower first)."""
 
     def __init__(self, runner: trials.Trials, schedule: halving.Halving, labels: list[dict],
-                 metric: str, larger_is_better: bool, verbose: int):
+                 metric: str, larger_is_better: bool, verbose: int,
+                 journal: search_journal.Journal | None = None):
         self.runner, self.schedule, self.labels = runner, schedule, labels
         self.sign = -1.0 if larger_is_better else 1.0
         self.name, self.verbose = metric, verbose
         self.factor = schedule.factor
         self.errors: dict[int, str] = {}
         self.label = f"search {next(_SEARCHES)}"
+        self.journal = journal
+        self.pending: list[tuple[int, int, int]] = []  # jobs a lost driver left running
+        self.pending_started: set[tuple[int, int, int]] = set()
+        self.stopping = False
+        if journal is not None:
+            self._resume(journal.load())
+
+    def _resume(self, events: list[dict]) -> None:
+        """Puts a lost driver's decisions into the schedule; its running jobs go first."""
+        if not events:
+            return
+        state = search_journal.replay(events, self.schedule, self.sign)
+        self.runner.histories.update(state["histories"])
+        self.errors.update(state["errors"])
+        self.pending = [(i, start, end) for i, (start, end) in state["running"].items()]
+        self.pending_started = set(self.pending)
+        n, one = len(self.pending), len(self.pending) == 1
+        self.say("resumes from its journal (results at rungs: %d); %d job%s that %s running "
+                 "when its driver was lost continue%s from the last checkpoint",
+                 sum(e["kind"] == "report" for e in events), n, "" if one else "s",
+                 "was" if one else "were", "s" if one else "")
+
+    def _write(self, kind: str, index: int, **values) -> None:
+        if self.journal is not None:
+            self.journal.record(kind, index, **values)
 
     def say(self, text: str, *args) -> None:
         if self.verbose:
@@ -62,7 +89,7 @@ class Search:
             try:
                 while True:
                     while fatal is None and len(running) < parallelism:
-                        job = self.schedule.next_job()
+                        job = self.pending.pop(0) if self.pending else self.schedule.next_job()
                         if job is None:
                             break
                         self._starting(*job)
@@ -74,9 +101,11 @@ class Search:
                     for future in done:
                         error = self._collect(future, running.pop(future))
                         fatal = fatal or error  # the first: the others are its cancels
+                        self.stopping = fatal is not None
                         if error is not None and running:
                             session.cancel_tag(tag)
             except BaseException:  # Ctrl-C: the running trials' jobs go, then the pool
+                self.stopping = True
                 session.cancel_tag(tag)
                 raise
         if fatal is not None:
@@ -105,7 +134,10 @@ class Search:
             self._finished(index, epochs, future.result())
         except TaskFailedError as e:  # the trial's own: its modelFn, its data
             self.schedule.fail(index)
+            if self.stopping:  # cancelled by the search's own error: not the trial's
+                return None
             self.errors[index] = f"{type(e).__name__}: {e}"
+            self._write("fail", index, error=self.errors[index])
             self.say("trial %d (%s) failed: %s", index, self._label(index),
                      str(e).splitlines()[0])
         except BaseException as e:  # noqa: BLE001 - the search's: raised by run
@@ -118,6 +150,11 @@ class Search:
                          for k, v in self.labels[index].items()) or "the estimator's Params"
 
     def _starting(self, index: int, start: int, epochs: int) -> None:
+        if (index, start, epochs) in self.pending_started:
+            self.say("trial %d continues its job from %d to %d epochs, which the lost "
+                     "driver had started", index, start, epochs)
+            return
+        self._write("start", index, epochs=[start, epochs])
         if start:
             k = self.schedule.rungs.index(start)
             self.say("trial %d promoted: it continues from %d to %d epochs (%s=%.4f, in the "
@@ -130,10 +167,13 @@ class Search:
         if not math.isfinite(value):
             self.schedule.fail(index)
             self.errors[index] = f"its {self.name} was {value} after {trained} epochs"
+            self._write("fail", index, error=self.errors[index],
+                         history=self.runner.histories.get(index))
             self.say("trial %d (%s) failed: %s=%s after %d epochs", index, self._label(index),
                      self.name, value, trained)
             return
         self.schedule.report(index, self.sign * value)
+        self._write("report", index, value=value, history=self.runner.histories[index])
         k = self.schedule.trials[index].rung
         ranked = [t.index for t in self.schedule.at_rung(k)]
         self.say("trial %d (%s): %s=%.4f after %d epochs, %d of %d at this rung", index,
@@ -142,6 +182,7 @@ class Search:
         if self.runner.stopped(index) and (trained < self.schedule.rungs[-1] or
                                            self.schedule.trials[index].ended is None):
             self.schedule.end(index, f"stopped by its callbacks after {trained} epochs")
+            self._write("end", index, why=self.schedule.trials[index].ended)
             self.say("trial %d stops: its callbacks stopped it after %d epochs", index,
                      trained)
 

@@ -244,6 +244,14 @@ class Trials:
                 "validationCol on the estimator), or give an evaluator.")
         return float(values[min(epochs, len(values)) - 1])
 
+    def model(self, index: int, epochs: int):
+        """Trial ``index``'s model at ``epochs``: what its last fit returned, or for a
+        search resumed from its journal the finished run's, which a fit returns without
+        training."""
+        if index not in self.models:
+            self.train(index, epochs)
+        return self.models[index]
+
     def stopped(self, index: int) -> bool:
         """Whether a callback of trial ``index``'s fit stopped its run (it trains no more)."""
         latest = checkpoint.latest(storage.join(self.folder,

@@ -7,11 +7,13 @@ to the next rung (``reductionFactor`` times the epochs, up to ``maxEpochs``); th
 stop there. ``parallelism`` trials train at once, each a ``TFEstimator`` fit of its own
 ``runId`` (``trials``). The metric is a key of the fits' history (``metric``, e.g.
 ``val_loss``) or an ``evaluator`` on validation rows held out as ``TrainValidationSplit``
-holds them (``trainRatio``, ``seed``).
+holds them (``trainRatio``, ``seed``). With a ``runId`` the search keeps a journal of its
+decisions and a search of the same ``runId`` resumes from it (``search_journal``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import time
@@ -31,7 +33,9 @@ from sparktf.ml import (
     fit_checks,
     halving,
     identity,
+    runs,
     scratch,
+    search_journal,
     search_loop,
     search_persistence,
     trials,
@@ -83,6 +87,9 @@ class _HalvingSearchParams(HasSeed):
                                   TypeConverters.toFloat)
     verbose: Param = new_param("verbose", "0: silent; 1 or 2: a line per rung decision",
                                verbosity)
+    runId: Param = new_param("runId", "a name for the search's folder under the estimator's "
+                             "modelDir: a search of the same runId resumes from its journal "
+                             "after its driver was lost", TypeConverters.toString)
 
     def __init__(self, *args):
         super().__init__(*args)
@@ -107,6 +114,9 @@ class _HalvingSearchParams(HasSeed):
         if self.isDefined(self.maxEpochs):
             return self.getOrDefault(self.maxEpochs)
         return trials.tuned_stage(self.getEstimator())[0].getEpochs()
+
+    def getRunId(self) -> str | None:
+        return self.getOrDefault(self.runId) if self.isDefined(self.runId) else None
 
     def getParallelism(self) -> int | None:
         return self.getOrDefault(self.parallelism) if self.isDefined(self.parallelism) \
@@ -139,7 +149,7 @@ class HalvingSearch(Estimator, _HalvingSearchParams, MLReadable, MLWritable):
     def __init__(self, *, estimator=None, estimatorParamMaps=None, paramDistributions=None,
                  numTrials=None, evaluator=None, metric="val_loss", metricMode="auto",
                  minEpochs=1, maxEpochs=None, reductionFactor=3, parallelism=None,
-                 trainRatio=0.75, seed=0, verbose=1):
+                 trainRatio=0.75, seed=0, verbose=1, runId=None):
         super().__init__()
         self._set(**without_none(self._input_kwargs))
 
@@ -147,7 +157,7 @@ class HalvingSearch(Estimator, _HalvingSearchParams, MLReadable, MLWritable):
     def setParams(self, *, estimator=None, estimatorParamMaps=None, paramDistributions=None,
                   numTrials=None, evaluator=None, metric="val_loss", metricMode="auto",
                   minEpochs=1, maxEpochs=None, reductionFactor=3, parallelism=None,
-                  trainRatio=0.75, seed=0, verbose=1):
+                  trainRatio=0.75, seed=0, verbose=1, runId=None):
         """Sets the given Params; see the constructor."""
         return self._set(**without_none(self._input_kwargs))
 
@@ -202,34 +212,54 @@ class HalvingSearch(Estimator, _HalvingSearchParams, MLReadable, MLWritable):
         rungs = halving.rungs(self.getOrDefault(self.minEpochs), self.getMaxEpochs(),
                               self.getOrDefault(self.reductionFactor))
         session = sessions.Session(dataset.sparkSession)
-        folder = storage.join(stage._model_dir(session.master),
+        run_id = self.getRunId()
+        if run_id is not None:
+            runs.check_name(run_id)
+        folder = storage.join(stage._model_dir(session.master), run_id or
                               f"search-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}")
         train, validation = self._split(dataset)
         try:
-            runner = trials.Trials(self.getEstimator(), maps, folder, train, validation,
-                                   self.getEvaluator(), self.getOrDefault(self.metric))
-            self._check_trials(runner, rungs)
-            parallelism = self.getParallelism() or self._slots_for(session, stage)
-            order = np.random.default_rng(self.getOrDefault(self.seed)).permutation(len(maps))
-            schedule = halving.Halving(len(maps), rungs, self.getOrDefault(self.reductionFactor),
-                                       [int(i) for i in order])
-            metric = self.getOrDefault(self.metric) if self.getEvaluator() is None \
-                else self.getEvaluator().getMetricName()
-            search = search_loop.Search(runner, schedule, trials.labels(maps, stage), metric,
-                                        self.larger_is_better(), self.getOrDefault(self.verbose))
-            search.run(parallelism, dataset.sparkSession)
+            with contextlib.ExitStack() as stack:
+                if run_id is not None:
+                    stack.enter_context(runs.owned(folder))  # one driver at a time
+                search, runner = self._search(maps, rungs, folder, train, validation, run_id)
+                search.run(self.getParallelism() or self._slots_for(session, stage),
+                           dataset.sparkSession)
+                best, records = search.result()
+                best_model = runner.model(best, rungs[search.schedule.trials[best].rung])
         finally:
             for frame in (train, validation):
                 if frame is not dataset and frame is not None:
                     frame.unpersist()
-        best, records = search.result()
         model = self._copyValues(HalvingSearchModel(
-            bestModel=runner.models[best], bestParams=maps[best], trialRecords=records,
+            bestModel=best_model, bestParams=maps[best], trialRecords=records,
             bestTrial=best))
         if "mlflow" in sys.modules:
             from sparktf.ml import search_tracking
             search_tracking.log_search(self, model)
         return model
+
+    def _search(self, maps, rungs, folder, train, validation, run_id):
+        """The search's loop over its trials, resumed from its journal if it has a
+        ``runId`` and a lost driver wrote one."""
+        stage, _ = trials.tuned_stage(self.getEstimator())
+        runner = trials.Trials(self.getEstimator(), maps, folder, train, validation,
+                               self.getEvaluator(), self.getOrDefault(self.metric))
+        self._check_trials(runner, rungs)
+        order = [int(i) for i in
+                 np.random.default_rng(self.getOrDefault(self.seed)).permutation(len(maps))]
+        factor = self.getOrDefault(self.reductionFactor)
+        metric = self.getOrDefault(self.metric) if self.getEvaluator() is None \
+            else self.getEvaluator().getMetricName()
+        labels = trials.labels(maps, stage)
+        journal = None if run_id is None else search_journal.Journal(folder, {
+            "trials": labels, "rungs": rungs, "reductionFactor": factor, "order": order,
+            "metric": metric, "largerIsBetter": self.larger_is_better(),
+            "evaluator": type(self.getEvaluator()).__name__ if self.getEvaluator() else None})
+        search = search_loop.Search(runner, halving.Halving(len(maps), rungs, factor, order),
+                                    labels, metric, self.larger_is_better(),
+                                    self.getOrDefault(self.verbose), journal)
+        return search, runner
 
     def _check_trials(self, runner: trials.Trials, rungs: list[int]) -> None:
         """What would fail a trial at a rung, refused before any job: a validation metric

@@ -13,7 +13,7 @@ from pyspark.ml.evaluation import RegressionEvaluator
 from pyspark.ml.tuning import ParamGridBuilder, TrainValidationSplit
 
 import sparktf
-from sparktf.ml import TFEstimator
+from sparktf.ml import TFEstimator, search_journal
 from sparktf.ml.tuning import HalvingSearch, HalvingSearchModel, choice, logUniform
 from tests.integration import data, models
 
@@ -340,3 +340,64 @@ def test_autolog_makes_the_parent_run_and_trial_fits_open_no_runs_of_their_own(
     finally:
         autolog(disable=True)
         mlflow.set_tracking_uri(None)
+
+
+class Lost(BaseException):
+    """The driver is gone (as if killed): nothing after it runs."""
+
+
+def test_a_search_lost_with_its_driver_resumes_into_the_uninterrupted_search(
+        spark, linear_frame, tmp_path, monkeypatch, caplog):
+    """runId: the driver lost twice, once after it wrote a job's start (the job had not
+    begun) and once before it wrote a finished job's result; the third fit of the search
+    replays its journal and ends with the uninterrupted search's trials, metrics and best
+    model, each epoch trained once (a job whose fit finished before the loss returns its
+    run's result)."""
+    caplog.set_level(logging.INFO, logger="sparktf")
+    rates = [0.3, 0.1, 0.03, 0.001]
+
+    def search(name):
+        est = TFEstimator(modelFn=models.linear, numWorkers=1, batchSize=30, shuffle=True,
+                          seed=2, validationFraction=0.25, modelDir=str(tmp_path / "m"),
+                          callbacks=[EpochsTrained(str(tmp_path / name))])
+        grid = ParamGridBuilder().addGrid(est.learningRate, rates).build()
+        return HalvingSearch(estimator=est, estimatorParamMaps=grid, metric="val_loss",
+                             minEpochs=1, maxEpochs=4, reductionFactor=2, parallelism=1,
+                             seed=7, runId=f"search-{name}")
+
+    whole = search("whole").fit(linear_frame)
+    record, decisions = search_journal.Journal.record, iter(range(1, 100))
+
+    def lost_after_3_and_at_8(journal, kind, trial, **values):
+        n = next(decisions)
+        if n == 8:  # a report: the trial's fit finished, the decision is not written
+            raise Lost(f"the driver is lost before it writes decision {n} ({kind})")
+        record(journal, kind, trial, **values)
+        if n == 3:  # a start: the job is written, its fit not begun
+            raise Lost(f"the driver is lost after it wrote decision {n} ({kind})")
+
+    monkeypatch.setattr(search_journal.Journal, "record", lost_after_3_and_at_8)
+    lost = search("lost")
+    for _ in range(2):
+        with pytest.raises(Lost):
+            lost.copy().fit(linear_frame)
+    resumed = lost.copy().fit(linear_frame)
+    assert next(decisions) > 10  # it went on recording after the second loss
+
+    print("whole:  ", *whole.trialRecords, sep="\n")
+    print("resumed:", *resumed.trialRecords, sep="\n")
+    resumed_lines = [line for line in caplog.text.splitlines() if "resumes from" in line]
+    assert len(resumed_lines) == 2 and all("1 job that was running" in line
+                                           for line in resumed_lines), resumed_lines
+    for a, b in zip(resumed.trialRecords, whole.trialRecords, strict=True):
+        assert {k: v for k, v in a.items() if k not in ("metrics", "history")} == \
+            {k: v for k, v in b.items() if k not in ("metrics", "history")}
+        np.testing.assert_allclose(a["metrics"], b["metrics"], rtol=1e-6)
+        for key in b["history"]:
+            np.testing.assert_allclose(a["history"][key], b["history"][key], rtol=1e-6)
+    assert resumed.bestTrial == whole.bestTrial
+    trained_whole, trained_lost = _trained(tmp_path / "whole"), _trained(tmp_path / "lost")
+    assert trained_lost == trained_whole, (trained_lost, trained_whole)  # each epoch once
+    np.testing.assert_allclose(
+        [r.prediction for r in resumed.transform(linear_frame).collect()],
+        [r.prediction for r in whole.transform(linear_frame).collect()], rtol=1e-6)

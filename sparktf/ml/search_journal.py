@@ -1,0 +1,91 @@
+"""A search that outlives its driver: ``HalvingSearch(runId=...)`` keeps a journal.
+
+The search's folder ``modelDir/<runId>`` holds its trials' runs (``trial-NNN``) and
+``search.json``: what the search was asked (its trials' Params, rungs, factor, start order,
+metric and direction) and every decision in the order the driver made it: a job started
+(``start``: trial, from and to epochs), a result at a rung (``report``: the metric and the
+trial's history), a trial failed (``fail``) or stopped by its callbacks (``end``). The
+schedule (``halving``) is deterministic, so a search of the same ``runId`` replays the
+journal into a fresh schedule, which then holds what the lost one held; the jobs running
+when the driver was lost start again first, each continuing its run from its last
+checkpoint, and the search goes on as if it had not been interrupted. The file is replaced
+in one step after each decision, before the next job starts.
+"""
+
+from __future__ import annotations
+
+import json
+
+from sparktf.errors import InvalidInputError
+from sparktf.ml import halving
+from sparktf.runtime import storage
+
+JOURNAL_FILE = "search.json"
+
+
+class Journal:
+    """The journal of the search in ``folder``, asked ``asked`` (plain JSON values)."""
+
+    def __init__(self, folder: str, asked: dict):
+        self.path = storage.join(folder, JOURNAL_FILE)
+        self.asked = json.loads(json.dumps(asked, default=repr))  # as it reads back
+        self.events: list[dict] = []
+
+    def load(self) -> list[dict]:
+        """The decisions a lost driver made (none for a new search); refuses a search
+        asked otherwise than the one that wrote them."""
+        if not storage.exists(self.path):
+            return []
+        try:
+            before = json.loads(storage.read_bytes(self.path))
+        except ValueError as e:
+            raise InvalidInputError(
+                f"{self.path} is not readable JSON ({e}): the search's journal is damaged. "
+                "Remove the search's folder to start it again, or use another runId.") from e
+        differ = [f"{key}: {before['asked'].get(key)!r} then, {self.asked.get(key)!r} now"
+                  for key in sorted({*before["asked"], *self.asked})
+                  if before["asked"].get(key) != self.asked.get(key)]
+        if differ:
+            raise InvalidInputError(
+                f"The search in {self.path.rsplit('/', 1)[0]} was started with other "
+                "settings, so it cannot be resumed: " + "; ".join(differ) + ". Use a new "
+                "runId, or the settings the search was started with.")
+        self.events = list(before["events"])
+        return list(self.events)
+
+    def record(self, kind: str, trial: int, **values) -> None:
+        self.events.append({"kind": kind, "trial": trial, **values})
+        storage.replace_bytes(self.path, json.dumps(
+            {"asked": self.asked, "events": self.events}, indent=1).encode())
+
+
+def replay(events: list[dict], schedule: halving.Halving, sign: float) -> dict:
+    """Puts ``events`` into a fresh ``schedule``, as the lost driver made them; returns
+    what the trials' records need that the schedule does not hold: ``histories``,
+    ``errors`` and the ``running`` jobs (trial -> (from, to) epochs) that were not done."""
+    histories: dict[int, dict] = {}
+    errors: dict[int, str] = {}
+    running: dict[int, tuple[int, int]] = {}
+    for event in events:
+        kind, index = event["kind"], event["trial"]
+        if kind == "start":
+            job = schedule.next_job()
+            if job != (index, *event["epochs"]):
+                raise InvalidInputError(
+                    f"The search's journal {JOURNAL_FILE} started trial {index} for epochs "
+                    f"{event['epochs']} where this sparktf's schedule starts {job}: it was "
+                    "written by another version. Use a new runId.")
+            running[index] = tuple(event["epochs"])
+        elif kind == "report":
+            schedule.report(index, sign * event["value"])
+            histories[index] = event["history"]
+            running.pop(index, None)
+        elif kind == "fail":
+            schedule.fail(index)
+            errors[index] = event["error"]
+            if event.get("history") is not None:
+                histories[index] = event["history"]
+            running.pop(index, None)
+        elif kind == "end":
+            schedule.end(index, event["why"])
+    return {"histories": histories, "errors": errors, "running": running}
