@@ -124,6 +124,30 @@ def test_a_driver_killed_mid_run_and_submitted_again_resumes_the_run(found):
     assert {"run.json", "result.json"} <= set(found["run_files"]), found["run_files"]
 
 
+def test_a_search_whose_driver_is_killed_resumes_into_the_uninterrupted_search(found):
+    """spark-submit of a HalvingSearch (runId) killed with SIGKILL while its promoted trial
+    trains its 4th epoch; submitted again, the search replays its journal, the trial
+    continues from its checkpoint of epoch 3, and the search ends as the same search
+    uninterrupted: trials, metrics at each rung (float precision), best trial. Each epoch
+    began once but the one the kill interrupted."""
+    result = scenario(found, "search_driver_killed")
+    found = result["search_resumed"]
+    print(f"\nkilled when the {result['killed_when']}; the second driver said:\n  " +
+          "\n  ".join(line for line in found["lines"]
+                      if "resumes" in line or "continues its job" in line))
+    assert any("resumes from its journal" in line and "1 job that was running" in line
+               for line in found["lines"]), found["lines"]
+    for a, b in zip(found["resumed"], found["whole"], strict=True):
+        assert {k: v for k, v in a.items() if k not in ("metrics", "history")} == \
+            {k: v for k, v in b.items() if k not in ("metrics", "history")}
+        assert _max_rel_diff({"m": a["metrics"]}, {"m": b["metrics"]}) < 1e-6, (a, b)
+        assert _max_rel_diff(a["history"], b["history"]) < 1e-6, (a, b)
+    assert found["best"][0] == found["best"][1]
+    resumed, whole = (sorted(map(tuple, found["begun"][k])) for k in ("resumed", "whole"))
+    rate = result["killed_when"].split()[2]
+    assert resumed == sorted([*whole, (rate, "3")]), (resumed, whole)
+
+
 def test_a_worker_machine_lost_for_good_and_the_fit_goes_on_with_fewer_workers(found):
     """3 workers, minWorkers=1, full batch: a worker machine dies when epoch 2 begins; the
     relaunch takes the 2 slots left, from the checkpoint of epoch 1, and the history and

@@ -368,6 +368,82 @@ def driver_resumed(spark, workdir):
         "run_files": _files(os.path.join(folder, "nightly"))})
 
 
+def search_files(workdir):
+    """The driver-loss search's folder, its trials' epoch logs and its FIFO to the driver."""
+    return (os.path.join(workdir, "searches"), os.path.join(workdir, "search-epochs"),
+            os.path.join(workdir, "search-fifo"))
+
+
+def search_of(workdir, run_id, block=False):
+    """The search the driver-loss scenario submits twice (runId 'tuning'), or its
+    uninterrupted twin: 4 learning rates, rungs 2 and 4, one trial at once. Each trial's
+    rank 0 appends the epochs it begins to ``<epochs>-<runId>``. With ``block``, the first
+    trial to begin its 4th epoch (its checkpoint of the 3rd written) tells the driver
+    through the FIFO and waits there, once."""
+    import keras
+    from pyspark.ml.tuning import ParamGridBuilder
+
+    from sparktf.ml.tuning import HalvingSearch
+    folder, epochs_log, fifo = search_files(workdir)
+    log, marker = f"{epochs_log}-{run_id}", os.path.join(workdir, "search-blocked")
+
+    class EpochsBegun(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            rate = float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate))
+            with open(log, "a") as f:
+                f.write(f"{rate:.6g} {epoch}\n")
+            if block and epoch == 3 and not os.path.exists(marker):
+                open(marker, "w").close()
+                with open(fifo, "w") as f:
+                    f.write(f"learning rate {rate:.6g} began epoch 4\n")
+                threading.Event().wait()  # until the application is killed
+
+    est = linear_estimator(numWorkers=1, modelDir=folder, callbacks=[EpochsBegun()])
+    grid = ParamGridBuilder().addGrid(est.learningRate, [RATE, 0.02, 1e-3, 1e-4]).build()
+    return HalvingSearch(estimator=est, estimatorParamMaps=grid, metric="loss", minEpochs=2,
+                         maxEpochs=4, reductionFactor=2, parallelism=1, seed=3, runId=run_id)
+
+
+def search_killed(spark, workdir):
+    """The search's first submission: says KILL-ME once a promoted trial has begun its 4th
+    epoch (its 3rd checkpointed), which then waits until the test kills this driver."""
+    _, _, fifo = search_files(workdir)
+    os.mkfifo(fifo)
+
+    def kill_me():
+        with open(fifo) as f:  # blocks until the trial opens it
+            print("\nKILL-ME " + json.dumps(f.readline().strip()), flush=True)
+    threading.Thread(target=kill_me, daemon=True).start()
+    logging.getLogger("sparktf").setLevel(logging.INFO)
+    logging.getLogger("sparktf").addHandler(logging.StreamHandler(sys.stdout))
+    _, _, df = linear_frame(spark)
+    search_of(workdir, "tuning", block=True).fit(df)
+    emit("search_killed", "the search returned: the driver was not killed")
+
+
+def search_resumed(spark, workdir):
+    """The same application submitted again: the search resumes from its journal; then the
+    same search uninterrupted, for the test to compare."""
+    lines = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = lambda record: lines.append(record.getMessage())
+    logging.getLogger("sparktf").addHandler(handler)
+    logging.getLogger("sparktf").setLevel(logging.INFO)
+    _, _, df = linear_frame(spark)
+    resumed = search_of(workdir, "tuning").fit(df)
+    whole = search_of(workdir, "tuning-whole").fit(df)
+    _, epochs_log, _ = search_files(workdir)
+
+    def begun(run_id):
+        with open(f"{epochs_log}-{run_id}") as f:
+            return [line.split() for line in f]
+    emit("search_resumed", {
+        "resumed": resumed.trialRecords, "whole": whole.trialRecords,
+        "best": [resumed.bestTrial, whole.bestTrial],
+        "begun": {"resumed": begun("tuning"), "whole": begun("tuning-whole")},
+        "lines": [line for line in lines if "search" in line]})
+
+
 def second(spark, workdir):
     """The second application, a Spark Connect server in front of the cluster, from its
     client: the first application's saved pipeline scored, then a fit and its scoring."""

@@ -194,11 +194,20 @@ def driver_killed_and_resumed(cluster: Cluster) -> dict:
             **cluster.submit("driver_resumed", *TWO_SLOTS)}
 
 
+def search_killed_and_resumed(cluster: Cluster) -> dict:
+    """A search (runId) whose driver is killed with SIGKILL while a promoted trial trains,
+    then the same application submitted again."""
+    killed = cluster.submit_and_kill("search_killed", r"^KILL-ME (.*)", *TWO_SLOTS)
+    return {"killed_when": json.loads(killed.group(1)),
+            **cluster.submit("search_resumed", *TWO_SLOTS)}
+
+
 SCENARIOS = {
     # a pipeline fitted and saved, then two fits at once (pipeline_save, concurrent)
     "first": lambda cluster: cluster.submit("first", *TWO_SLOTS),
     "second": second,  # needs the first's saved pipeline
     "driver_killed": driver_killed_and_resumed,
+    "search_driver_killed": search_killed_and_resumed,
     # a relaunch waits 5 s (not 60) for the lost machine's executor to be replaced
     "worker_lost": lambda cluster: cluster.submit(
         "worker_lost", "--conf", "spark.sparktf.relaunchWait=5"),
