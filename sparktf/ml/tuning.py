@@ -215,6 +215,11 @@ class HalvingSearch(Estimator, _HalvingSearchParams, MLReadable, MLWritable):
         run_id = self.getRunId()
         if run_id is not None:
             runs.check_name(run_id)
+            if not stage.isSet(stage.modelDir):
+                raise InvalidInputError(
+                    "runId names the search's folder under the estimator's modelDir, where "
+                    "it outlives this driver: set modelDir on the estimator as well. "
+                    f"Received: runId={run_id!r} with modelDir unset")
         folder = storage.join(stage._model_dir(session.master), run_id or
                               f"search-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}")
         train, validation = self._split(dataset)

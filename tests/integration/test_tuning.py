@@ -198,6 +198,12 @@ def test_bad_searches_are_refused_before_any_job(spark, linear_frame):
     with pytest.raises(sparktf.InvalidInputError, match="holds out no rows"):
         HalvingSearch(estimator=est, estimatorParamMaps=[{}], metric="val_loss",
                       maxEpochs=2).fit(linear_frame)
+    with pytest.raises(sparktf.InvalidInputError, match="set modelDir on the estimator"):
+        HalvingSearch(estimator=est, estimatorParamMaps=[{}], metric="loss", maxEpochs=2,
+                      runId="nightly").fit(linear_frame)
+    with pytest.raises(sparktf.InvalidInputError, match="runId names a folder"):
+        HalvingSearch(estimator=est, estimatorParamMaps=[{}], metric="loss", maxEpochs=2,
+                      runId="../up").fit(linear_frame)
     with pytest.raises(sparktf.InvalidInputError, match="low < high and low > 0"):
         logUniform(0, 1)
     with pytest.raises(sparktf.InvalidInputError, match="Pipeline whose last stage"):
