@@ -3,8 +3,8 @@
 The search's folder ``modelDir/<runId>`` holds its trials' runs (``trial-NNN``) and
 ``search.json``: what the search was asked (its trials' Params, rungs, factor, start order,
 metric and direction) and every decision in the order the driver made it: a job started
-(``start``: trial, from and to epochs), a result at a rung (``report``: the metric and the
-trial's history), a trial failed (``fail``) or stopped by its callbacks (``end``). The
+(``start``: trial, from and to epochs), a result at a rung (``report``: the metric, the
+trial's history, and whether its callbacks stopped it), a trial failed (``fail``). The
 schedule (``halving``) is deterministic, so a search of the same ``runId`` replays the
 journal into a fresh schedule, which then holds what the lost one held; the jobs running
 when the driver was lost start again first, each continuing its run from its last
@@ -78,6 +78,8 @@ def replay(events: list[dict], schedule: halving.Halving, sign: float) -> dict:
             running[index] = tuple(event["epochs"])
         elif kind == "report":
             schedule.report(index, sign * event["value"])
+            if event.get("ended") is not None:  # stopped by its callbacks
+                schedule.end(index, event["ended"])
             histories[index] = event["history"]
             running.pop(index, None)
         elif kind == "fail":
@@ -86,6 +88,4 @@ def replay(events: list[dict], schedule: halving.Halving, sign: float) -> dict:
             if event.get("history") is not None:
                 histories[index] = event["history"]
             running.pop(index, None)
-        elif kind == "end":
-            schedule.end(index, event["why"])
     return {"histories": histories, "errors": errors, "running": running}

@@ -173,16 +173,20 @@ class Search:
                      self.name, value, trained)
             return
         self.schedule.report(index, self.sign * value)
-        self._write("report", index, value=value, history=self.runner.histories[index])
+        why = None
+        if self.runner.stopped(index) and (trained < self.schedule.rungs[-1] or
+                                           self.schedule.trials[index].ended is None):
+            why = f"stopped by its callbacks after {trained} epochs"
+            self.schedule.end(index, why)
+        # one decision, one write: a driver lost between two would resume another search
+        self._write("report", index, value=value, history=self.runner.histories[index],
+                    ended=why)
         k = self.schedule.trials[index].rung
         ranked = [t.index for t in self.schedule.at_rung(k)]
         self.say("trial %d (%s): %s=%.4f after %d epochs, %d of %d at this rung", index,
                  self._label(index), self.name, value, trained, ranked.index(index) + 1,
                  len(ranked))
-        if self.runner.stopped(index) and (trained < self.schedule.rungs[-1] or
-                                           self.schedule.trials[index].ended is None):
-            self.schedule.end(index, f"stopped by its callbacks after {trained} epochs")
-            self._write("end", index, why=self.schedule.trials[index].ended)
+        if why is not None:
             self.say("trial %d stops: its callbacks stopped it after %d epochs", index,
                      trained)
 

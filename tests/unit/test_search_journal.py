@@ -21,7 +21,8 @@ def _search(num_trials, rung_epochs, factor, order, slots, outcome, priority, fo
     """A search loop over the schedule as ``search_loop`` drives it, writing the journal:
     jobs finish in ``priority`` order (a function of the job, so a resumed search meets
     the same order), each with ``outcome(trial, to)``. Raises ``Lost`` after
-    ``lose_after`` decisions are written. Returns the schedule and the epochs trained."""
+    ``lose_after`` decisions are written. ``outcome``: (metric, whether the trial's
+    callbacks stopped it). Returns the schedule and the epochs trained."""
     journal = search_journal.Journal(folder, {"rungs": rung_epochs, "order": order})
     schedule = halving.Halving(num_trials, rung_epochs, factor, order)
     state = search_journal.replay(journal.load(), schedule, 1.0)
@@ -42,10 +43,14 @@ def _search(num_trials, rung_epochs, factor, order, slots, outcome, priority, fo
         running.sort(key=priority)
         trial, start, to = running.pop(0)
         trained.append((trial, start, to))
-        value = outcome(trial, to)
+        value, stops = outcome(trial, to)
         if math.isfinite(value):
             schedule.report(trial, value)
-            record("report", trial, value=value, history={"loss": [value] * to})
+            why = None
+            if stops and schedule.trials[trial].ended is None:  # its callbacks stopped it
+                why = f"stopped by its callbacks after {to} epochs"
+                schedule.end(trial, why)
+            record("report", trial, value=value, history={"loss": [value] * to}, ended=why)
         else:
             schedule.fail(trial)
             record("fail", trial, error=f"loss {value}")
@@ -64,6 +69,8 @@ def test_a_search_lost_after_any_decision_resumes_into_the_uninterrupted_search(
     values = data.draw(st.lists(st.one_of(st.floats(0, 10), st.just(math.nan)),
                                 min_size=num_trials * len(rung_epochs),
                                 max_size=num_trials * len(rung_epochs)))
+    stops = data.draw(st.lists(st.booleans(), min_size=num_trials * len(rung_epochs),
+                               max_size=num_trials * len(rung_epochs)))
     keys = data.draw(st.lists(st.floats(0, 1), min_size=num_trials * len(rung_epochs),
                               max_size=num_trials * len(rung_epochs)))
 
@@ -71,7 +78,7 @@ def test_a_search_lost_after_any_decision_resumes_into_the_uninterrupted_search(
         return trial * len(rung_epochs) + rung_epochs.index(to)
 
     def outcome(trial, to):
-        return values[at(trial, to)]
+        return values[at(trial, to)], stops[at(trial, to)]
 
     def priority(job):
         return keys[at(job[0], job[2])], job
