@@ -11,6 +11,8 @@ and a model's ``sparktfModelSource``: the modelPath it was saved from.
 
 from __future__ import annotations
 
+import re
+
 import cloudpickle
 from pyspark.ml.util import DefaultParamsReader, DefaultParamsWriter, MLReader, MLWriter
 
@@ -35,7 +37,8 @@ def _json_params(instance, leave_out=_NOT_JSON) -> dict:
 
 def json_view(value):
     """``value`` as JSON holds it, for people reading the metadata: tuples as lists, keys
-    as strings, numpy values as numbers, anything else as its ``repr``."""
+    as strings, numpy values as numbers, anything else as its ``repr`` without memory
+    addresses."""
     if isinstance(value, dict):
         return {k if isinstance(k, str) else repr(k): json_view(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -44,7 +47,10 @@ def json_view(value):
         return value
     if hasattr(value, "tolist"):  # numpy scalars and arrays
         return json_view(value.tolist())
-    return repr(value)
+    return _ADDRESS.sub("", repr(value))  # the same for the same object in another process
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
 def check_picklable(name: str, value: dict) -> None:

@@ -17,7 +17,8 @@ from __future__ import annotations
 import json
 
 from sparktf.errors import InvalidInputError
-from sparktf.ml import halving
+from sparktf.ml import halving, identity
+from sparktf.ml.persistence import json_view
 from sparktf.runtime import storage
 
 JOURNAL_FILE = "search.json"
@@ -28,7 +29,7 @@ class Journal:
 
     def __init__(self, folder: str, asked: dict):
         self.path = storage.join(folder, JOURNAL_FILE)
-        self.asked = json.loads(json.dumps(asked, default=repr))  # as it reads back
+        self.asked = json.loads(json.dumps(json_view(asked)))  # as it reads back
         self.events: list[dict] = []
 
     def load(self) -> list[dict]:
@@ -42,9 +43,15 @@ class Journal:
             raise InvalidInputError(
                 f"{self.path} is not readable JSON ({e}): the search's journal is damaged. "
                 "Remove the search's folder to start it again, or use another runId.") from e
-        differ = [f"{key}: {before['asked'].get(key)!r} then, {self.asked.get(key)!r} now"
-                  for key in sorted({*before["asked"], *self.asked})
-                  if before["asked"].get(key) != self.asked.get(key)]
+        differ = []
+        for key in sorted({*before["asked"], *self.asked}):
+            then, now = before["asked"].get(key), self.asked.get(key)
+            if then == now:
+                continue
+            if isinstance(then, dict) and isinstance(now, dict):  # a model's, an evaluator's
+                differ += [f"{key}: {said}" for said in identity.differences(then, now)]
+            else:
+                differ.append(f"{key}: {then!r} then, {now!r} now")
         if differ:
             raise InvalidInputError(
                 f"The search in {self.path.rsplit('/', 1)[0]} was started with other "

@@ -43,6 +43,7 @@ from sparktf.ml import (
 from sparktf.ml.param_values import choice as one_of
 from sparktf.ml.param_values import int_at_least, new_param, verbosity
 from sparktf.ml.params import add_setters, without_none
+from sparktf.ml.persistence import json_view
 from sparktf.ml.trials import choice, logUniform, uniform
 from sparktf.runtime import storage
 from sparktf.runtime.process import cluster
@@ -260,11 +261,30 @@ class HalvingSearch(Estimator, _HalvingSearchParams, MLReadable, MLWritable):
         journal = None if run_id is None else search_journal.Journal(folder, {
             "trials": labels, "rungs": rungs, "reductionFactor": factor, "order": order,
             "metric": metric, "largerIsBetter": self.larger_is_better(),
-            "evaluator": type(self.getEvaluator()).__name__ if self.getEvaluator() else None})
+            **self._shared_settings()})
         search = search_loop.Search(runner, halving.Halving(len(maps), rungs, factor, order),
                                     labels, metric, self.larger_is_better(),
                                     self.getOrDefault(self.verbose), journal)
         return search, runner
+
+    def _shared_settings(self) -> dict:
+        """What every trial's fit shares, which a resumed search must share too: the rows'
+        split, the evaluator, the estimator's training Params and model, the Params of a
+        Pipeline's earlier stages."""
+        stage, prefix = trials.tuned_stage(self.getEstimator())
+        shared = {"seed": self.getOrDefault(self.seed)}
+        evaluator = self.getEvaluator()
+        if evaluator is not None:
+            shared["trainRatio"] = self.getOrDefault(self.trainRatio)
+            shared["evaluator"] = {"class": type(evaluator).__name__, **{
+                p.name: json_view(v) for p, v in evaluator.extractParamMap().items()}}
+        fit = runs.asked(stage)
+        shared.update({f"estimator.{k}": v for k, v in sorted(fit["params"].items())})
+        shared["estimator.model"] = fit["model"]
+        for i, before in enumerate(prefix):
+            shared.update({f"stage {i} {type(before).__name__}.{p.name}": json_view(v)
+                           for p, v in before.extractParamMap().items()})
+        return shared
 
     def _check_trials(self, runner: trials.Trials, rungs: list[int]) -> None:
         """What would fail a trial at a rung, refused before any job: a validation metric

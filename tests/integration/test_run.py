@@ -235,6 +235,7 @@ def test_tasks_that_cannot_reach_the_driver_exchange_through_spark_and_finish(sp
 def _autograph_module(args, ctx):
     import inspect
     import tempfile
+    from multiprocessing.connection import Listener
 
     import tensorflow as tf
 
@@ -244,17 +245,23 @@ def _autograph_module(args, ctx):
         return x
 
     converted = tf.autograph.to_graph(halve_if_large)
+    with Listener(family="AF_UNIX") as listener:  # what multiprocessing.Manager() binds
+        socket_path = listener.address
     return {"module": inspect.getsourcefile(converted), "temp": tempfile.gettempdir(),
-            "written": os.path.exists(inspect.getsourcefile(converted))}
+            "written": os.path.exists(inspect.getsourcefile(converted)),
+            "socket": socket_path}
 
 
 def test_a_task_leaves_nothing_in_the_temp_dir(spark):
     """The task's process ends with os._exit, so TensorFlow's exit hook that removes
-    autograph's generated modules never runs: its temp dir is the task's own folder,
-    removed after the task (6,000 such files had piled up in /tmp in a day of tests)."""
+    autograph's generated modules never runs: its temp dir is a folder of its own, removed
+    after the task (20,000 such files had piled up in /tmp), with a path short enough for
+    a Unix socket in it (the task's folder in Spark's local dir is not: "AF_UNIX path too
+    long" for multiprocessing.Manager() in main_fn, found by a review)."""
     out = sparktf.run(spark, _autograph_module, {}, numWorkers=2)
     print(out)
     for task in out:
         assert task["written"] and os.path.basename(task["module"]).startswith("__autograph")
         assert os.path.dirname(task["module"]) == task["temp"] != tempfile.gettempdir()
         assert not os.path.exists(task["module"]) and not os.path.exists(task["temp"])
+        assert task["socket"].startswith(task["temp"] + os.sep)

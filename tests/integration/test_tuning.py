@@ -407,3 +407,13 @@ def test_a_search_lost_with_its_driver_resumes_into_the_uninterrupted_search(
     np.testing.assert_allclose(
         [r.prediction for r in resumed.transform(linear_frame).collect()],
         [r.prediction for r in whole.transform(linear_frame).collect()], rtol=1e-6)
+
+    # the same runId asked otherwise: refused, naming what differs (what every trial's fit
+    # shares, too, which no trial's run may have been asked yet)
+    other = lost.copy()
+    other.getEstimator().setBatchSize(20)
+    with pytest.raises(sparktf.InvalidInputError, match=r"other settings.*estimator\.batchSize: "
+                                                        r"30 then, 20 now"):
+        other.fit(linear_frame)
+    with pytest.raises(sparktf.InvalidInputError, match=r"seed: 7 then, 8 now"):
+        lost.copy({lost.seed: 8}).fit(linear_frame)

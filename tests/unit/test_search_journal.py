@@ -122,3 +122,21 @@ def test_a_journal_of_another_search_or_damaged_is_refused(tmp_path):
     schedule = halving.Halving(2, [1, 3], 3)
     with pytest.raises(InvalidInputError, match="another version"):
         search_journal.replay([{"kind": "start", "trial": 1, "epochs": [0, 1]}], schedule, 1.0)
+
+
+def test_a_search_asked_the_same_in_another_process_is_the_same():
+    """Objects a grid may hold (a modelFn) are told apart by what they are, not where a
+    process keeps them: another driver's search with the same grid is the same search."""
+    def linear(hparams):
+        return hparams
+
+    first = linear
+
+    def linear(hparams):  # noqa: F811 - the same function, another object
+        return hparams
+
+    assert first is not linear and repr(first) != repr(linear)
+    asked = [search_journal.Journal("/nowhere", {"trials": [{"modelFn": f}]}).asked
+             for f in (first, linear)]
+    assert asked[0] == asked[1] == {"trials": [{"modelFn": asked[0]["trials"][0]["modelFn"]}]}
+    assert "0x" not in asked[0]["trials"][0]["modelFn"]

@@ -53,7 +53,8 @@ def _run(proc, workdir: str, fn=_describe) -> dict:
     with open(path, "wb") as f:
         cloudpickle.dump((cloudpickle.dumps((fn, None)), None, {}), f)
     result = os.path.join(workdir, "result.pkl")
-    proc.stdin.write(json.dumps({"payload": path, "result": result, "cwd": workdir}) + "\n")
+    proc.stdin.write(json.dumps({"payload": path, "result": result, "cwd": workdir,
+                                 "temp": workdir}) + "\n")
     proc.stdin.flush()
     output = []
     for line in proc.stdout:

@@ -10,11 +10,10 @@ imported TensorFlow already.
 Protocol with the parent task (``sparktf.runtime.process.task``):
 
 1. import TensorFlow at once, while the parent is still receiving the data;
-2. read one line from stdin, JSON ``{"payload", "result", "cwd"}``: the path of
-   ``(payload, ctx, env)`` pickled, where to write the result, the working
-   directory, also the task's temp dir (EOF instead means the parent gave up: exit
-   quietly); while the task's rows still arrive, the next lines tell of them
-   (``arrival``);
+2. read one line from stdin, JSON ``{"payload", "result", "cwd", "temp"}``: the path
+   of ``(payload, ctx, env)`` pickled, where to write the result, the working
+   directory, the temp dir (EOF instead means the parent gave up: exit quietly); while
+   the task's rows still arrive, the next lines tell of them (``arrival``);
 3. put ``env`` (TF_CONFIG) into the environment and run ``main_fn(args, ctx)``;
 4. write ``(status, value or error info, peak RSS KiB)`` to the result path;
 5. on success print DONE_LINE and wait until the parent closes stdin: parents
@@ -88,10 +87,10 @@ def _task() -> None:
         os._exit(0)
     order = json.loads(line)
     os.chdir(order["cwd"])
-    # The temp dir is the task's own folder, which the parent removes after the task:
-    # the task ends with os._exit, so exit hooks that remove temp files (TensorFlow's
-    # autograph leaves a module per converted function) never run.
-    tempfile.tempdir = os.environ["TMPDIR"] = order["cwd"]
+    # The task ends with os._exit, so exit hooks that remove temp files (TensorFlow's
+    # autograph leaves a module per converted function) never run: its temp dir is a
+    # folder of its own, which the parent removes after it.
+    tempfile.tempdir = os.environ["TMPDIR"] = order["temp"]
     status, value = _run(order["payload"])
     phase("main_fn returned")
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -12,7 +12,9 @@ import contextlib
 import json
 import os
 import select
+import shutil
 import sys
+import tempfile
 import threading
 
 import cloudpickle
@@ -93,6 +95,11 @@ class TaskProcess:
                  events):
         self.spec, self.rank, self.workdir, self.events = spec, rank, workdir, events
         self.result_path = os.path.join(workdir, "result.pkl")
+        # the process's temp dir, removed after it: a short path of its own, since the
+        # task's folder (in Spark's local dir) is too long a path for a Unix socket in it
+        # (multiprocessing's); the process ends with os._exit, so temp files that exit
+        # hooks would remove (autograph's modules) go with this folder
+        self.temp = tempfile.mkdtemp(prefix=f"sparktf-task{rank}-")
         self.tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
         self.dog = self.stalled = None  # the task's own watchdog (``_own_watchdog``)
         self.abandoned = False  # the driver ended the job while our process ran
@@ -130,6 +137,7 @@ class TaskProcess:
             if self._relaying is not None:
                 self._relaying.join()  # its output has ended with it
             spare.stop_process(self.proc)
+        shutil.rmtree(self.temp, ignore_errors=True)
 
     def run(self, ctx: TaskContext, release):
         """``start`` then ``wait``: (status, value, tail, peak KiB)."""
@@ -152,7 +160,7 @@ class TaskProcess:
         with self._telling:  # the order first, then what was told before it
             backlog, self._backlog = self._backlog, None
             for message in [{"payload": payload_path, "result": self.result_path,
-                             "cwd": self.workdir}] + backlog:
+                             "cwd": self.workdir, "temp": self.temp}] + backlog:
                 self._write(message)
         self._relaying = threading.Thread(target=self._relay_output, args=(ctx.isChief,),
                                           name=f"sparktf-relay-{self.rank}", daemon=True)
