@@ -91,9 +91,10 @@ def test_the_search_picks_what_train_validation_split_picks_training_no_epoch_tw
     frame = found.trials
     assert frame.count() == 4 and frame.filter("best").count() == 1
     assert {"learningRate", "epochs", "metrics", "stopReason"} <= set(frame.columns)
-    np.testing.assert_allclose(
-        [r.prediction for r in found.transform(linear_frame).collect()],
-        [r.prediction for r in found.bestModel.transform(linear_frame).collect()])
+    both = found.bestModel.transform(found.transform(linear_frame).withColumnRenamed(
+        "prediction", "by_search"))  # the same rows, however a collect orders them
+    rows = both.select("by_search", "prediction").collect()
+    np.testing.assert_allclose([r.by_search for r in rows], [r.prediction for r in rows])
 
 
 def broken_on_executors(hparams):
@@ -404,9 +405,13 @@ def test_a_search_lost_with_its_driver_resumes_into_the_uninterrupted_search(
     assert resumed.bestTrial == whole.bestTrial
     trained_whole, trained_lost = _trained(tmp_path / "whole"), _trained(tmp_path / "lost")
     assert trained_lost == trained_whole, (trained_lost, trained_whole)  # each epoch once
-    np.testing.assert_allclose(
-        [r.prediction for r in resumed.transform(linear_frame).collect()],
-        [r.prediction for r in whole.transform(linear_frame).collect()], rtol=1e-6)
+    # both models score the same rows (two collects of a repartitioned frame need not
+    # return its rows in the same order)
+    both = whole.transform(resumed.transform(linear_frame).withColumnRenamed("prediction",
+                                                                             "resumed"))
+    rows = both.select("resumed", "prediction").collect()
+    np.testing.assert_allclose([r.resumed for r in rows], [r.prediction for r in rows],
+                               rtol=1e-6)
 
     # the same runId asked otherwise: refused, naming what differs (what every trial's fit
     # shares, too, which no trial's run may have been asked yet)
