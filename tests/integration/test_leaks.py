@@ -14,12 +14,17 @@ from tests.integration import data, models
 
 pytestmark = pytest.mark.timeout(900)
 FITS = 8
-SPARE_IDLE_S = 5
+SPARE_IDLE_S = 15  # longer than any gap between two fits, however loaded the machine
 SPARES_JOB = conftest.Job("spares", "tests/integration/scripts/spare_job.py", expected_s=26)
 
 
 def broken(hparams):
     raise RuntimeError("deliberately broken modelFn")
+
+
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return int(next(line for line in f if line.startswith("PPid:")).split()[1])
 
 
 def _rss_mb() -> float:
@@ -66,11 +71,17 @@ def _fits(spark, capsys):
         print("fit  failed  driver threads  listening ports  driver RSS MB  new spares")
         for n, failed, threads, ports, rss, spares in rows:
             print(f"{n:3}  {str(failed):6}  {threads:14}  {ports:15}  {rss:13.0f}  {spares:6}")
-    # one spare per Python worker (2 executors x 1 core), and the same ones throughout: a
-    # failed fit ends its tasks quietly, so Spark keeps their Python workers (and spares)
-    assert max(r[5] for r in rows) <= 2, "more spares than Python workers"
-    assert all(seen == spares_seen[0] for seen in spares_seen), \
-        f"spares were replaced (after a failed fit?): {spares_seen}"
+    # one spare per Python worker; a failed fit ends its tasks quietly, so Spark keeps
+    # their Python workers, and their spares live on. (Not "2 spares throughout": under
+    # load Spark may start a third Python worker for a task while the one of the fit before
+    # is still returning to its pool, found in a full make test.)
+    for spares in spares_seen:
+        parents = [_parent(pid) for pid in spares]
+        assert len(set(parents)) == len(parents), f"two spares of one Python worker: {spares}"
+    for i in range(1, FITS):
+        if rows[i][1]:  # a failed fit: every spare alive before it is alive after it
+            assert set(spares_seen[i - 1]) <= set(spares_seen[i]), \
+                f"spares ended by failed fit {i + 1}: {spares_seen[i - 1]} -> {spares_seen[i]}"
     assert wait_gone(spare_pids(), SPARE_IDLE_S + 60) == [], \
         f"spares alive after {SPARE_IDLE_S} s idle"
     warm = rows[4:]  # after the first fits have loaded everything once
