@@ -27,13 +27,13 @@ STALE_S = 90.0
 
 
 @contextlib.contextmanager
-def owned(run_dir: str):
-    """While the block runs, this process owns the run in ``run_dir``; refuses, naming the
-    owner, when another live fit does."""
+def owned(run_dir: str, what: str = "run"):
+    """While the block runs, this process owns the run (or ``what``: ``"search"``) in
+    ``run_dir``; refuses, naming the owner, when another live fit does."""
     path = storage.join(run_dir, LOCK_FILE)
     me = {"token": uuid.uuid4().hex, "host": socket.gethostname(), "pid": os.getpid(),
           "started": process_start(os.getpid()), "renewed": time.time()}
-    _take(path, run_dir, me)
+    _take(path, run_dir, me, what)
     stop = threading.Event()
     renewer = threading.Thread(target=_renew, args=(path, me, stop), daemon=True,
                                name="sparktf-run-lock")
@@ -48,15 +48,15 @@ def owned(run_dir: str):
             storage.remove_file(path)
 
 
-def _take(path: str, run_dir: str, me: dict) -> None:
+def _take(path: str, run_dir: str, me: dict, what: str) -> None:
     data = json.dumps(me).encode()
     if not storage.is_local(path):  # an object store: the last writer wins, read it back
         held = _held(path)
         if held is not None and alive(held):
-            _refuse(run_dir, held)
+            _refuse(run_dir, held, what)
         storage.replace_bytes(path, data)
         if (_held(path) or {}).get("token") != me["token"]:
-            _refuse(run_dir, _held(path) or {})
+            _refuse(run_dir, _held(path) or {}, what)
         return
     local = storage.local_path(path)
     os.makedirs(os.path.dirname(local) or ".", exist_ok=True)
@@ -67,19 +67,21 @@ def _take(path: str, run_dir: str, me: dict) -> None:
         try:
             held = _held(path)
             if held is not None and alive(held):
-                _refuse(run_dir, held)
+                _refuse(run_dir, held, what)
             storage.replace_bytes(path, data)
         finally:
             fcntl.flock(guard, fcntl.LOCK_UN)
 
 
-def _refuse(run_dir: str, held: dict) -> None:
+def _refuse(run_dir: str, held: dict, what: str) -> None:
     since = time.strftime("%H:%M:%S", time.localtime(held.get("renewed", 0)))
+    doing, many = ("trained by another fit", "fits") if what == "run" else \
+        ("run by another driver", "searches")
     raise InvalidInputError(
-        f"The run in {run_dir} is being trained by another fit (driver process "
-        f"{held.get('pid')} on {held.get('host')}, alive at {since}): two fits of one runId "
-        "would train into the same folder. Wait for that fit to end, or use another runId. "
-        "A driver that died gives up the run at once on its own machine, and "
+        f"The {what} in {run_dir} is being {doing} (driver process "
+        f"{held.get('pid')} on {held.get('host')}, alive at {since}): two {many} of one "
+        "runId would train into the same folder. Wait for the other to end, or use another "
+        f"runId. A driver that died gives up the {what} at once on its own machine, and "
         f"{STALE_S:g} s after its last sign of life from another.")
 
 

@@ -47,9 +47,9 @@ def check_name(run_id: str) -> None:
             f"starting with a letter or digit. Received: runId={run_id!r}")
 
 
-def owned(run_dir: str):
-    """While the block runs, this driver's fit owns the run (``run_lock``)."""
-    return run_lock.owned(run_dir)
+def owned(run_dir: str, what: str = "run"):
+    """While the block runs, this driver's fit owns the run, or the search (``run_lock``)."""
+    return run_lock.owned(run_dir, what)
 
 
 def asked(estimator) -> dict:

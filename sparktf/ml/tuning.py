@@ -227,7 +227,7 @@ class HalvingSearch(Estimator, _HalvingSearchParams, MLReadable, MLWritable):
         try:
             with contextlib.ExitStack() as stack:
                 if run_id is not None:
-                    stack.enter_context(runs.owned(folder))  # one driver at a time
+                    stack.enter_context(runs.owned(folder, "search"))  # one driver at a time
                 search, runner = self._search(maps, rungs, folder, train, validation, run_id)
                 search.run(self.getParallelism() or self._slots_for(session, stage),
                            dataset.sparkSession)

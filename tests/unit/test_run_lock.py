@@ -24,6 +24,11 @@ def test_a_live_owner_is_refused_and_the_lock_is_released_after_the_block(tmp_pa
     assert not (tmp_path / "run" / "lock.json").exists()
     with run_lock.owned(run):  # free again
         pass
+    with run_lock.owned(run, "search"):
+        with pytest.raises(InvalidInputError, match="The search in .* is being run by another "
+                                                    "driver .*two searches of one runId"):
+            with run_lock.owned(run, "search"):
+                pass
 
 
 def test_the_lock_of_a_process_that_died_is_stale_on_its_machine(tmp_path):
