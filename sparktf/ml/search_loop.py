@@ -26,6 +26,18 @@ logger = logging.getLogger("sparktf")
 _SEARCHES = itertools.count(1)  # "search N": the lines of searches at once told apart
 
 
+CANCEL_AGAIN_S = 2.0
+
+
+def _cancel_until_done(session: sessions.Session, tag: str, running: set) -> None:
+    """Cancels the search's jobs until the trials' threads in ``running`` end: a trial still
+    preparing its fit (or between two of its jobs) submits a job after a cancel, which that
+    cancel missed (its job would run on, held by nothing but its own end)."""
+    while running:
+        session.cancel_tag(tag)
+        _, running = futures.wait(running, timeout=CANCEL_AGAIN_S)
+
+
 class Search:
     """One search's loop: keeps ``parallelism`` fits running, reports each finished fit
     to the schedule, says each decision. ``metric``: the name the lines give the metric;
@@ -97,16 +109,16 @@ class Search:
                                             job[0], job[2])] = job
                     if not running:
                         break
+                    if fatal is not None:  # the others' jobs go; their ends collected
+                        _cancel_until_done(session, tag, set(running))
                     done, _ = futures.wait(running, return_when=futures.FIRST_COMPLETED)
                     for future in done:
                         error = self._collect(future, running.pop(future))
                         fatal = fatal or error  # the first: the others are its cancels
                         self.stopping = fatal is not None
-                        if error is not None and running:
-                            session.cancel_tag(tag)
             except BaseException:  # Ctrl-C: the running trials' jobs go, then the pool
                 self.stopping = True
-                session.cancel_tag(tag)
+                _cancel_until_done(session, tag, set(running))
                 raise
         if fatal is not None:
             raise fatal

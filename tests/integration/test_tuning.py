@@ -236,6 +236,43 @@ def test_an_error_of_the_search_not_of_a_trial_cancels_the_running_trials(
     assert not os.path.exists(tmp_path / "m" / search / "trial-000" / "result.json")
 
 
+@pytest.mark.timeout(240)
+def test_a_trial_that_starts_its_job_after_the_cancel_is_cancelled_too(
+        spark, linear_frame, tmp_path, monkeypatch):
+    """The race a fresh make test hung on: the search's error cancels its jobs while the
+    held trial is still preparing its fit; its job, submitted after that cancel, must be
+    cancelled too (it was not: the search waited for it forever). The held trial here
+    starts its fit only once the search has cancelled."""
+    import threading
+
+    from sparktf._driver import sessions
+    from sparktf.ml import trials
+
+    cancelled = threading.Event()
+    cancel, train = sessions.Session.cancel_tag, trials.Trials.train
+
+    def cancel_tag(session, tag):
+        cancel(session, tag)
+        cancelled.set()
+
+    def train_after_the_cancel(runner, index, epochs):
+        if index == 0:  # the held trial
+            cancelled.wait(120)
+        return train(runner, index, epochs)
+
+    monkeypatch.setattr(sessions.Session, "cancel_tag", cancel_tag)
+    monkeypatch.setattr(trials.Trials, "train", train_after_the_cancel)
+    est = TFEstimator(modelFn=models.linear, numWorkers=1, batchSize=30,
+                      modelDir=str(tmp_path / "m"))
+    grid = [{est.callbacks: [Hold()]}, {}]
+    with pytest.raises(sparktf.InvalidInputError, match="'mse' is not in the fit's history"):
+        HalvingSearch(estimator=est, estimatorParamMaps=grid, metric="mse", minEpochs=2,
+                      maxEpochs=2, parallelism=2).fit(linear_frame)
+    assert cancelled.is_set()
+    [search] = os.listdir(tmp_path / "m")
+    assert not os.path.exists(tmp_path / "m" / search / "trial-000" / "result.json")
+
+
 def test_a_pipeline_sampled_trials_mlflow_child_runs_and_persistence(spark, tmp_path):
     mlflow = pytest.importorskip("mlflow", reason="pip install 'sparktf[mlflow]'")
     from pyspark.ml import Pipeline, PipelineModel
