@@ -220,17 +220,23 @@ class Hold(keras.callbacks.Callback):
         threading.Event().wait()
 
 
-def test_an_error_of_the_search_not_of_a_trial_cancels_the_running_trials(
-        spark, linear_frame, tmp_path):
-    """A metric the history lacks is the search's error, not a trial's: raised, and the
-    trial running beside it (held: it would never end) is cancelled, not awaited: its run
-    never finishes. (It was a slow trial, which a delayed start let finish first.)"""
+def _fails_beside_a_held_trial(linear_frame, tmp_path):
+    """A search whose trial 1 raises the search's own error (a metric the history lacks)
+    while trial 0 is held (it never ends unless cancelled)."""
     est = TFEstimator(modelFn=models.linear, numWorkers=1, batchSize=30,
                       modelDir=str(tmp_path / "m"))
     grid = [{est.callbacks: [Hold()]}, {}]
     with pytest.raises(sparktf.InvalidInputError, match="'mse' is not in the fit's history"):
         HalvingSearch(estimator=est, estimatorParamMaps=grid, metric="mse", minEpochs=2,
                       maxEpochs=2, parallelism=2).fit(linear_frame)
+
+
+def test_an_error_of_the_search_not_of_a_trial_cancels_the_running_trials(
+        spark, linear_frame, tmp_path):
+    """A metric the history lacks is the search's error, not a trial's: raised, and the
+    trial running beside it (held: it would never end) is cancelled, not awaited: its run
+    never finishes. (It was a slow trial, which a delayed start let finish first.)"""
+    _fails_beside_a_held_trial(linear_frame, tmp_path)
     [search] = os.listdir(tmp_path / "m")
     assert os.path.exists(tmp_path / "m" / search / "trial-001" / "result.json")
     assert not os.path.exists(tmp_path / "m" / search / "trial-000" / "result.json")
@@ -262,12 +268,7 @@ def test_a_trial_that_starts_its_job_after_the_cancel_is_cancelled_too(
 
     monkeypatch.setattr(sessions.Session, "cancel_tag", cancel_tag)
     monkeypatch.setattr(trials.Trials, "train", train_after_the_cancel)
-    est = TFEstimator(modelFn=models.linear, numWorkers=1, batchSize=30,
-                      modelDir=str(tmp_path / "m"))
-    grid = [{est.callbacks: [Hold()]}, {}]
-    with pytest.raises(sparktf.InvalidInputError, match="'mse' is not in the fit's history"):
-        HalvingSearch(estimator=est, estimatorParamMaps=grid, metric="mse", minEpochs=2,
-                      maxEpochs=2, parallelism=2).fit(linear_frame)
+    _fails_beside_a_held_trial(linear_frame, tmp_path)
     assert cancelled.is_set()
     [search] = os.listdir(tmp_path / "m")
     assert not os.path.exists(tmp_path / "m" / search / "trial-000" / "result.json")
