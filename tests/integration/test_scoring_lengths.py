@@ -21,6 +21,20 @@ def masked_gru(hparams):
     return model
 
 
+def backward_lstm(hparams):
+    """Issue 53's model: Keras returns the backward sequence reversed under the input's
+    mask, so the pooling averages padded steps."""
+    import keras
+    keras.utils.set_random_seed(0)
+    tokens = keras.Input((None,), dtype="int32", name="tokens")
+    x = keras.layers.Embedding(40, 8, mask_zero=True)(tokens)
+    x = keras.layers.LSTM(6, return_sequences=True, go_backwards=True)(x)
+    x = keras.layers.GlobalAveragePooling1D()(x)
+    model = keras.Model(tokens, keras.layers.Dense(1)(x))
+    model.compile(optimizer="adam", loss="mse")
+    return model
+
+
 def _token_rows(n, longest, seed=0):
     rng = np.random.default_rng(seed)
     return [(i, rng.integers(1, 40, size=rng.integers(1, longest + 1)).tolist(),
@@ -53,6 +67,25 @@ def test_a_fitted_masked_model_is_padded_and_scores_each_row_as_alone(spark, cap
                   f"largest difference from the row alone {gap:.2e}")
             assert gap < 1e-5
     assert "model calls" not in caplog.text
+
+
+def test_a_fitted_backward_rnn_is_not_said_masked_and_scores_each_row_as_alone(spark):
+    import tensorflow as tf
+
+    rows = _token_rows(120, 30, seed=1)
+    df = spark.createDataFrame(rows, "id long, tokens array<int>, label double")
+    model = TFEstimator(modelFn=backward_lstm, inputCols=["tokens"], numWorkers=2, epochs=1,
+                        batchSize=32, verbose=0).fit(df)
+    assert saved_models.padding_values(model.getModelPath()) == {}
+    serve = tf.saved_model.load(model.getModelPath()).signatures["serving_default"]
+    alone = _alone(serve, [r[1] for r in rows])
+    for partitions, batch_size in ((1, 4096), (3, 7)):
+        scored = {r.id: r.prediction for r in model.setBatchSize(batch_size)
+                  .transform(df.repartition(partitions)).collect()}
+        gap = np.abs(np.array([scored[i] for i in range(len(rows))]) - alone).max()
+        print(f"backward LSTM, {partitions} partition(s), batchSize={batch_size}: "
+              f"largest difference from the row alone {gap:.2e}")
+        assert gap < 1e-5
 
 
 def test_an_unmasked_model_is_called_by_length_and_the_driver_says_padLength_once(

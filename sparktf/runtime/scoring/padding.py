@@ -26,6 +26,8 @@ _PER_STEP = {"Dense", "Dropout", "SpatialDropout1D", "GaussianNoise", "GaussianD
              "AlphaDropout", "Activation", "ReLU", "LeakyReLU", "PReLU", "ELU",
              "BatchNormalization", "TimeDistributed", "Identity"}
 _MERGES = {"Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum"}
+# how Keras merges the masks of a merge's inputs (one mask with itself: the same mask)
+_MASK_MERGES = {"LogicalAnd", "LogicalOr"}
 _RNNS = {"RNN", "SimpleRNN", "GRU", "LSTM", "Bidirectional"}
 # A tensor holds: nothing of any padding (_CLEAN); ("raw", input) the input itself, as fed;
 # ("steps", input) values per step, the padded steps' garbage included; or ("mask",
@@ -77,14 +79,14 @@ def _step(node, held, padding: dict):
     """What a node's outputs hold, from what its inputs hold (``held``)."""
     kind = type(node.operation).__name__
     layer = node.operation
-    args = [a for a in node.arguments.args if _is_tensor(a)]
+    args = [a for a in _flat(node.arguments.args) if _is_tensor(a)]
     consts = [a for a in node.arguments.args if isinstance(a, (int, float, bool))]
     mask = node.arguments.kwargs.get("mask")
     given = [held(t) for t in node.input_tensors]
     if all(g == _CLEAN for g in given):
         return _CLEAN
     first = held(args[0]) if args else _CLEAN
-    if any(held(t) != _CLEAN for t in args[1:]) and kind not in _MERGES:
+    if any(held(t) != _CLEAN for t in args[1:]) and kind not in _MERGES | _MASK_MERGES:
         raise _Unknown(kind)
     if first[0] == "raw":
         if kind == "NotEqual" and len(args) == 1 and len(consts) == 1:
@@ -95,7 +97,7 @@ def _step(node, held, padding: dict):
     if first[0] == "mask":
         if kind == "Any" and len(given) == 1:
             return first
-        if kind == "LogicalAnd" and all(g == first for g in given):
+        if kind in _MASK_MERGES and all(g == first for g in given):
             return first
         raise _Unknown(kind)
     # values per step, the padded ones included
@@ -109,8 +111,15 @@ def _step(node, held, padding: dict):
     if kind == "LayerNormalization" and len(given) == 1 and _last_axis_only(layer):
         return first
     if kind in _RNNS and masked and _rnn_masks(layer, kind):
+        if _returns_sequences(layer, kind):
+            if _reversed(layer, kind):
+                # Keras returns a backward RNN's sequence last step first but keeps the
+                # input's mask: a padded step's output then sits where the mask says real
+                raise _Unknown(f"{kind} returns its sequence reversed")
+            _pads_with(padding, first[1], held(mask)[2])
+            return first
         _pads_with(padding, first[1], held(mask)[2])
-        return first if _returns_sequences(layer, kind) else _CLEAN
+        return _CLEAN
     if kind == "GlobalAveragePooling1D" and masked and getattr(
             layer, "data_format", "channels_last") == "channels_last":
         _pads_with(padding, first[1], held(mask)[2])
@@ -125,6 +134,11 @@ def _own_activation(layer) -> bool:
     activation = getattr(layer, "activation", None)
     return activation is None or (getattr(activation, "__module__", "") or "").startswith(
         "keras.src.activations")
+
+
+def _flat(args) -> list:
+    """A call's arguments with the tensors of a list argument (a merge's inputs) in line."""
+    return [a for arg in args for a in (arg if isinstance(arg, (list, tuple)) else [arg])]
 
 
 def _is_tensor(value) -> bool:
@@ -153,6 +167,13 @@ def _rnn_masks(layer, kind: str) -> bool:
     inner = [layer.forward_layer, layer.backward_layer] if kind == "Bidirectional" else [layer]
     return all(type(r).__name__ in _RNNS and not getattr(r, "stateful", False)
                for r in inner)
+
+
+def _reversed(layer, kind: str) -> bool:
+    """Whether the sequence an RNN returns runs last step first: ``go_backwards``, or a
+    ``Bidirectional`` whose forward layer goes backwards (Keras flips only the other one)."""
+    inner = layer.forward_layer if kind == "Bidirectional" else layer
+    return bool(getattr(inner, "go_backwards", False))
 
 
 def _returns_sequences(layer, kind: str) -> bool:
