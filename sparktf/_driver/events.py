@@ -33,6 +33,7 @@ class EventCollector:
     def __init__(self, on_event: Callable[[dict], None] | None, label: str = ""):
         self.label = label  # prefixes the relayed lines: "[fit 3 rank 0]"
         self.errors: dict[int, dict] = {}
+        self.heard: set[int] = set()  # the ranks that sent any event
         self.stalled: tuple[int, dict] | None = None
         self.watchdog: Watchdog | None = None
         self.on_error: Callable[[], None] | None = None  # called at the first failure
@@ -42,11 +43,13 @@ class EventCollector:
     def reset(self) -> None:
         """Forgets a previous attempt's failures."""
         self.errors.clear()
+        self.heard.clear()
         self.stalled = None
 
     def __call__(self, event: dict) -> None:
         kind = event.get("kind")
         rank = event.get("rank", -1)
+        self.heard.add(rank)
         if kind == "heartbeat":
             dog = self.watchdog
             if dog is not None:

@@ -42,7 +42,7 @@ from sparktf.errors import (
     TaskFailedError,
 )
 from sparktf.runtime import gpu, worker_tuning
-from sparktf.runtime.feed.row_checks import RowChecks
+from sparktf.runtime.feed.row_checks import NO_ROWS, RowChecks
 from sparktf.runtime.process import cluster, servers
 from sparktf.runtime.process import task as task_runtime
 
@@ -282,7 +282,7 @@ def _run_stage(session: sessions.Session, stage: LaunchSpec, df, collector: Even
                 failure, cause = failures.translate(e, collector.errors, stage.what), e
             else:
                 if not collector.errors:
-                    return _every_rank(rows, stage)
+                    return _every_rank(rows, stage, collector, frame is not None)
                 # the tasks reported a failure and ended quietly: Spark saw none
                 failure, cause = failures.translate(None, collector.errors, stage.what), None
             if not _is_port_conflict(failure):
@@ -297,9 +297,16 @@ def _run_stage(session: sessions.Session, stage: LaunchSpec, df, collector: Even
                            PORT_CONFLICT_RETRIES)
 
 
-def _every_rank(rows: list, stage: LaunchSpec) -> list:
+def _every_rank(rows: list, stage: LaunchSpec, collector: EventCollector,
+                has_input: bool) -> list:
     """The stage's result rows, refused unless every rank returned one (a task that lost
     the event channel ends without a result, as it cannot tell the driver why)."""
+    if has_input and not rows and not collector.heard:
+        # no task started: Spark planned the input with no partition at all, as it plans a
+        # frame it knows to be empty (filter(false), limit(0)), shuffles included
+        raise InvalidInputError(NO_ROWS if stage.row_checks is not None else
+                                f"The DataFrame given to {stage.what} has no rows. Check "
+                                "the filters that produced it.")
     missing = sorted(set(range(stage.num_tasks)) - {r["rank"] for r in rows})
     if missing:
         raise SparkTFError(f"{stage.what}: rank(s) {missing} ended without a result: they "

@@ -74,6 +74,33 @@ def test_missing_column_and_empty_dataframe(spark):
         _est().fit(empty)
 
 
+def test_every_kind_of_empty_frame_is_refused_as_empty(spark, tmp_path):
+    """Spark plans a frame it knows to be empty (filter(false), limit(0)) with no partition
+    at all, so the barrier stage starts no task: still the empty frame's error, not a lost
+    event channel, on 1 and 2 workers, in both input modes, and through the tuners."""
+    from pyspark.ml.evaluation import RegressionEvaluator
+    from pyspark.ml.tuning import CrossValidator, ParamGridBuilder
+
+    from sparktf.ml.tuning import HalvingSearch
+
+    df = spark.createDataFrame([([1.0, 2.0], 1.0)] * 8, "features array<double>, label double")
+    frames = {"createDataFrame([])": spark.createDataFrame([], df.schema),
+              "filter(false)": df.filter("false"), "limit(0)": df.limit(0)}
+    for workers in (1, 2):
+        for name, frame in frames.items():
+            for mode in ("stream", "parquet"):
+                with pytest.raises(sparktf.InvalidInputError, match="has no rows"):
+                    _est(numWorkers=workers, inputMode=mode,
+                         modelDir=str(tmp_path / f"{workers}{mode}")).fit(frame)
+    est = _est(numWorkers=1, validationFraction=0.25)
+    grid = ParamGridBuilder().addGrid(est.learningRate, [0.1, 0.01]).build()
+    with pytest.raises(sparktf.InvalidInputError, match="has no rows"):
+        HalvingSearch(estimator=est, estimatorParamMaps=grid).fit(frames["filter(false)"])
+    with pytest.raises(sparktf.InvalidInputError, match="has no rows"):
+        CrossValidator(estimator=_est(numWorkers=1), estimatorParamMaps=grid, numFolds=2,
+                       evaluator=RegressionEvaluator()).fit(frames["limit(0)"])
+
+
 def test_arrays_longer_than_the_input_fail_with_the_column_named(spark):
     """Shorter rows are padded (pad_sequences, post); a longer one is never truncated."""
     df = spark.createDataFrame([([1.0, 2.0], 1.0), ([1.0], 0.0), ([1.0, 2.0, 3.0], 0.0)],

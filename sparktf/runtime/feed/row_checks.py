@@ -97,6 +97,9 @@ def _nonfinite(values: pa.Array):
     return pc.invert(pc.fill_null(pc.is_finite(values), True)).to_numpy(zero_copy_only=False)
 
 
+NO_ROWS = "The DataFrame given to fit has no rows. Check the filters that produced it."
+
+
 def problem(checks: RowChecks, counts: list[dict], training_rows: int | None = None,
             validation_rows: int = 0) -> str | None:
     """The first problem over every task's counts, as the message for the user.
@@ -104,7 +107,7 @@ def problem(checks: RowChecks, counts: list[dict], training_rows: int | None = N
     for validation, the others)."""
     rows = sum(c["rows"] for c in counts)
     if rows == 0:
-        return "The DataFrame given to fit has no rows. Check the filters that produced it."
+        return NO_ROWS
     for column in checks.columns:
         nulls = sum(c["nulls"][column] for c in counts)
         if nulls:
