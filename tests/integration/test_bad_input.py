@@ -87,7 +87,7 @@ def test_every_kind_of_empty_frame_is_refused_as_empty(spark, tmp_path):
     frames = {"createDataFrame([])": spark.createDataFrame([], df.schema),
               "filter(false)": df.filter("false"), "limit(0)": df.limit(0)}
     for workers in (1, 2):
-        for name, frame in frames.items():
+        for frame in frames.values():
             for mode in ("stream", "parquet"):
                 with pytest.raises(sparktf.InvalidInputError, match="has no rows"):
                     _est(numWorkers=workers, inputMode=mode,

@@ -116,7 +116,7 @@ def _head_of(x, head: tuple):
             "max": lambda: L.GlobalMaxPooling1D()(x), "none": lambda: x}[name]()
 
 
-def build(branches: list) -> "keras.Model":
+def build(branches: list):
     """A functional model of one input per branch, each head into a Dense of its own."""
     import keras
 
