@@ -126,6 +126,16 @@ def batch_norm(hp):
     return model
 
 
+def batch_norm_synchronized(hp):
+    """The global batch's statistics on every worker: one process's on the same batch."""
+    keras = _seeded()
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8),
+                              keras.layers.BatchNormalization(synchronized=True),
+                              keras.layers.Activation("tanh"), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse", metrics=["mae"])
+    return model
+
+
 def mixed_float16(hp):
     """Mixed precision: Keras wraps the optimizer in a LossScaleOptimizer."""
     keras = _seeded()
@@ -167,6 +177,32 @@ def weighted_classifier(hp):
     return model
 
 
+def f1_classifier(hp):
+    """A vector metric: ``F1Score(average=None)`` is one value per class (left out when
+    ``hp["f1"]`` is false, to compare the other values with a fit without it)."""
+    keras = _seeded()
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"),
+                              keras.layers.Dense(3, activation="softmax")])
+    metrics = ["accuracy"]
+    if hp.get("f1", True):
+        metrics.append(keras.metrics.F1Score(average=None, threshold=0.5))
+    model.compile(optimizer=keras.optimizers.SGD(0.2), loss="categorical_crossentropy",
+                  metrics=metrics)
+    return model
+
+
+def tf_keras_f1_classifier(hp):
+    """``f1_classifier`` built with tf_keras (Keras 2), which sparktf trains with its own fit."""
+    import tf_keras
+    tf_keras.utils.set_random_seed(0)
+    model = tf_keras.Sequential([tf_keras.Input((4,)),
+                                 tf_keras.layers.Dense(8, activation="relu"),
+                                 tf_keras.layers.Dense(3, activation="softmax")])
+    model.compile(optimizer=tf_keras.optimizers.SGD(0.2), loss="categorical_crossentropy",
+                  metrics=["accuracy", tf_keras.metrics.F1Score(average=None, threshold=0.5)])
+    return model
+
+
 def halve_lr(epoch, lr):
     return lr * 0.5
 
@@ -177,7 +213,7 @@ class Case:
 
     name: str
     model_fn: Callable
-    task: str = "regression"  # or "classification", "two_inputs"
+    task: str = "regression"  # or "classification", "one_hot", "two_inputs"
     weights: bool = False  # a weightCol (Keras: sample_weight)
     class_weight: dict | None = None
     validation: bool = False
@@ -206,6 +242,7 @@ CASES = [
     Case("own train_step, run_eagerly", custom_train_step_eager),
     Case("L2-regularized", l2_regularized),
     Case("BatchNormalization", batch_norm, one_worker_only=True),
+    Case("BatchNormalization(synchronized=True)", batch_norm_synchronized, validation=True),
     # fp16 activations round differently when the rows are split over workers: one fp16
     # step (~1e-3 near 1) in the predictions; the history itself agrees to ~3e-5
     Case("mixed_float16", mixed_float16, rtol={2: 2e-3}, floor=1.0),
@@ -230,6 +267,8 @@ def data(case: Case, rows: int = ROWS) -> dict[str, np.ndarray]:
     else:
         score = x[:, 0] + 0.5 * x[:, 1]
         out["label"] = np.digitize(score, [-0.5, 0.5]).astype(np.int64)
+        if case.task == "one_hot":
+            out["label"] = np.eye(3, dtype=np.float32)[out["label"]]
     if case.task == "two_inputs":
         out["ids"] = rng.integers(0, 5, rows).astype(np.int64)
         out["label"] = ((out["ids"] + (x[:, 0] > 0)) % 3).astype(np.int64)

@@ -13,6 +13,7 @@ import pytest
 import sparktf
 from sparktf.ml import TFEstimator
 from tests.integration import interruptions
+from tests.integration.test_faults import KillOnce
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -371,3 +372,49 @@ def test_a_run_finished_by_an_older_sparktf_continues_after_a_failed_continuatio
                     **common).fit(frame)
     continued = TFEstimator(epochs=4, **common).fit(frame)
     assert len(continued.getHistory()["loss"]) == 4
+
+
+def batch_norm(hparams):
+    """Per-worker non-trainable state: each worker's moving statistics follow its own
+    batches (unsynchronized BatchNormalization)."""
+    import keras
+    keras.utils.set_random_seed(4)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8),
+                              keras.layers.BatchNormalization(momentum=0.5),
+                              keras.layers.Activation("relu"),
+                              keras.layers.Dense(3, activation="softmax")])
+    model.compile(keras.optimizers.Adam(hparams["learningRate"]),
+                  "sparse_categorical_crossentropy", metrics=["accuracy"])
+    return model
+
+
+def test_batch_normalization_on_two_workers_resumes_relaunches_and_continues_exactly(
+        spark, tmp_path):
+    """Each worker's moving statistics drift apart within an epoch; the checkpoint kept
+    the chief's and every worker restored those, so val_loss after a resume differed
+    (issue 53). Lost after epoch 2 and resumed, relaunched by maxRetries, and continued
+    from 2 to 3 epochs: each equals the uninterrupted fit, val_* included."""
+    frame = _frame(spark).cache()
+    common = dict(modelFn=batch_norm, numWorkers=2, batchSize=16, learningRate=0.05,
+                  validationFraction=0.25, seed=3, modelDir=str(tmp_path / "m"))
+    whole = TFEstimator(runId="whole", epochs=3, **common).fit(frame)
+    run = TFEstimator(runId="lost", epochs=3, **common,
+                      callbacks=[LoseTheRun(str(tmp_path / "lost"), epoch=1)])
+    with pytest.raises(sparktf.TaskFailedError, match="lost after epoch 2"):
+        run.fit(frame)
+    resumed = run.fit(frame)
+    relaunched = TFEstimator(runId="relaunched", epochs=3, maxRetries=1, **common,
+                             callbacks=[KillOnce(str(tmp_path), at=2)]).fit(frame)
+    assert os.path.exists(tmp_path / "killed")  # rank 1 was killed as epoch 3 began
+    TFEstimator(runId="continued", epochs=2, **common).fit(frame)
+    continued = TFEstimator(runId="continued", epochs=3, **common).fit(frame)
+    for name, model in [("resumed", resumed), ("relaunched", relaunched),
+                        ("continued", continued)]:
+        print(f"whole {whole.getHistory()}\n{name} {model.getHistory()}")
+        assert model.getHistory().keys() == whole.getHistory().keys()
+        for key, values in whole.getHistory().items():
+            np.testing.assert_allclose(model.getHistory()[key], values, rtol=1e-6,
+                                       err_msg=f"{name}: {key}")
+        for a, b in zip(model.getKerasModel().get_weights(),
+                        whole.getKerasModel().get_weights(), strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7, err_msg=name)

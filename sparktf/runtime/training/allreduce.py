@@ -4,6 +4,8 @@ that the step equals one over the global batch."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from sparktf.runtime.training import export, keras_steps, loop, tf_keras
 from sparktf.runtime.training.spec import StepPlan, TrainSpec
 
@@ -42,6 +44,10 @@ class _EpochLoop(loop.EpochRunner):
         self.strategy = strategy
         self.bound = bound
         self.steps_fn = keras_steps.KerasSteps(strategy, model)
+        # the state each worker keeps apart: non-trainable floats (not seed generators)
+        self.per_worker = [v for v in model.non_trainable_variables
+                           if np.dtype(v.dtype).kind == "f"]
+        self._same_state = None
         self.shares = self.plan.shares
         # batch logs are averaged over the workers (a collective) only when a callback
         # or the step summaries read them; each epoch's last step always is (custom logs)
@@ -77,10 +83,26 @@ class _EpochLoop(loop.EpochRunner):
                     self.model.stop_training = True
                     break
         self.rows_trained = self.plan.total_rows
+        self.same_state()  # before validation, the callbacks and the checkpoint
         return self.steps_fn.epoch_logs(logs)
 
     def validate(self) -> dict[str, float]:
         return self.validation.run(self.validation_step)
+
+    def same_state(self) -> None:
+        """Every worker's non-trainable state made one at the epoch's end: each worker's
+        moving statistics (an unsynchronized ``BatchNormalization``) follow its own batches,
+        the checkpoint keeps the chief's, and a resumed, relaunched or continued run would
+        restore those on every worker. Each worker takes the mean over the workers, as the
+        chief's value plus the mean of the others' differences from it, so state that is
+        already the same everywhere (frozen weights, synchronized statistics) stays the
+        same to the bit. Validation, the checkpoint and the export then hold one state."""
+        if self.ctx.numWorkers < 2 or not self.per_worker:
+            return
+        if self._same_state is None:
+            self._same_state = _state_mean(self.strategy, self.per_worker,
+                                           self.ctx.numWorkers)
+        self._same_state(np.bool_(self.ctx.isChief))
 
     def _progress(self, step: int, logs) -> dict:
         """The epoch so far for the driver's progress bar: ``step`` steps done, their rows
@@ -96,3 +118,23 @@ class _EpochLoop(loop.EpochRunner):
         stop = self.steps_fn.any_worker(getattr(self.model, "stop_training", False))
         self.model.stop_training = stop
         return stop
+
+
+def _state_mean(strategy, variables: list, workers: int):
+    """A function of ``is_chief`` that sets each of ``variables`` on every worker to
+    chief + sum(worker - chief) / workers (two all-reduces a variable)."""
+    import tensorflow as tf
+
+    def reduce(values):
+        return [strategy.reduce("SUM", v, axis=None) for v in values]
+
+    @tf.function(autograph=False)
+    def same(is_chief):
+        own = [tf.identity(v.value) for v in variables]
+        chief = reduce(strategy.run(
+            lambda: [tf.where(is_chief, x, tf.zeros_like(x)) for x in own]))
+        moved = reduce(strategy.run(lambda: [x - c for x, c in zip(own, chief)]))
+        for v, c, d in zip(variables, chief, moved):
+            v.assign(c + d / tf.cast(workers, c.dtype))
+
+    return same
