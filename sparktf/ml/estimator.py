@@ -23,7 +23,7 @@ from sparktf._driver import checks, events, failures, launch, pickling, routing,
 from sparktf._driver import schema as schema_checks
 from sparktf._driver.resources import TaskResources
 from sparktf.errors import ClusterCapacityError, InvalidInputError, SparkTFError
-from sparktf.ml import fit_checks, parquet_copy, runs, scratch
+from sparktf.ml import fit_checks, metric_modes, parquet_copy, runs, scratch
 from sparktf.ml.model import TFModel
 from sparktf.ml.params import _TFEstimatorParams, add_setters, without_none
 from sparktf.ml.persistence import TFEstimatorReader, TFEstimatorWriter
@@ -123,6 +123,7 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
         events.log_phase(None, "fit called")
         features = self._feature_columns(dataset.schema)
         fit_checks.check(self, dataset, features)
+        keep_best_mode = metric_modes.keep_best_mode(self)  # "auto" decided here, not in a task
         events.log_phase(None, "input checked")
         run_dir = self._run_dir(sessions.Session(dataset.sparkSession).master)
         with contextlib.ExitStack() as stack:
@@ -133,7 +134,7 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                     logger.info("sparktf: run %r finished before: its model is returned "
                                 "without training again (%s)", self.getRunId(), run_dir)
                     return self._make_model([finished])
-            spec = self._train_spec(run_dir, features, dataset.schema)
+            spec = self._train_spec(run_dir, features, dataset.schema, keep_best_mode)
             payload = pickling.pickle_main(training.train_main, spec,
                                            also=[spec.model_fn, *spec.callbacks])
             frame, columns, split = self._training_frame(dataset, features)
@@ -276,7 +277,8 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                 f"Received: modelDir unset with master={master!r}")
         return scratch.model_folder()
 
-    def _train_spec(self, model_dir: str, features: list[str], schema) -> training.TrainSpec:
+    def _train_spec(self, model_dir: str, features: list[str], schema,
+                    keep_best_mode: str) -> training.TrainSpec:
         return training.TrainSpec(
             model_fn=self.getModelFn(), hparams=self.hparams(),
             feature_columns=tuple(features), label_columns=tuple(self.labelColumns()),
@@ -288,7 +290,7 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
             has_validation=fit_checks.holds_out_rows(self),
             callbacks=tuple(self.getCallbacks()), evaluator=self.getEvaluator(),
             summary_steps=self.getSummarySteps(), weight_column=self.getWeightColOrNone(),
-            keep_best=self.getKeepBest(), keep_best_mode=self.getKeepBestMode(),
+            keep_best=self.getKeepBest(), keep_best_mode=keep_best_mode,
             class_weight=self.getClassWeight(),
             export_name=runs.export_name(model_dir, self.getEpochs()))
 

@@ -34,15 +34,22 @@ _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 def model_identity(model_fn, hparams: dict) -> dict:
     """The model ``model_fn(hparams)`` builds, as JSON (``describe``); a digest of the
     function's pickle where it cannot be built here (a driver without Keras, say)."""
+    return built(model_fn, hparams)[1]
+
+
+def built(model_fn, hparams: dict) -> tuple:
+    """``(model, model_identity, None)``: the model ``model_fn(hparams)`` builds here, as a
+    task's fresh process would, and what it is; ``(None, its code's identity, the error)``
+    where it cannot be built on the driver."""
     try:
         # one build at a time: the driver's random state is the process's (parallel fits)
         with _BUILDING, _fresh_names(), _own_random_state(), tf_startup.quiet_start():
             model = model_fn(dict(hparams))
-        return describe(model)
+        return model, describe(model), None
     except Exception as e:  # noqa: BLE001 - any failure: recognised by its code instead
         logger.info("sparktf: modelFn could not build its model on the driver (%s: %s): the "
                     "run recognises it by its code", type(e).__name__, e)
-        return {"modelFn": code_identity(model_fn)}
+        return None, {"modelFn": code_identity(model_fn)}, e
 
 
 def describe(model) -> dict:

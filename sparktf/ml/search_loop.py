@@ -158,8 +158,7 @@ class Search:
         return None
 
     def _label(self, index: int) -> str:
-        return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                         for k, v in self.labels[index].items()) or "the estimator's Params"
+        return trials.shown(self.labels[index])
 
     def _starting(self, index: int, start: int, epochs: int) -> None:
         if (index, start, epochs) in self.pending_started:

@@ -101,7 +101,9 @@ def tuned_stage(estimator) -> tuple[TFEstimator, list]:
 
 def sampled(stage: TFEstimator, distributions: dict, num_trials: int, seed: int) -> list[dict]:
     """``num_trials`` param maps drawn from ``distributions`` ({Param or hyperParams key:
-    Distribution or list}); trial i draws in the keys' order from one seeded stream."""
+    Distribution or list}); trial i draws in the keys' order from one seeded stream. Each
+    map holds every value its trial drew: ``hyperParams`` too when a draw is the
+    estimator's own value."""
     for key in distributions:
         if isinstance(key, str):
             _check_key(key)
@@ -118,7 +120,7 @@ def sampled(stage: TFEstimator, distributions: dict, num_trials: int, seed: int)
                 drawn[key] = dist.draw(rng)
             else:
                 hyper[key] = dist.draw(rng)
-        if hyper != base:
+        if any(isinstance(key, str) for key in dists):
             drawn[stage.hyperParams] = hyper
         maps.append(drawn)
     return maps
@@ -153,33 +155,42 @@ def check_maps(maps: list[dict], stage: TFEstimator, prefix: list) -> None:
                        else "") + f". Remove {param.name} from the grid or distributions.")
 
 
-def labels(maps: list[dict], stage: TFEstimator) -> list[dict]:
+def labels(maps: list[dict], stage: TFEstimator, drawn: tuple = ()) -> list[dict]:
     """Each trial's Params as people read them: ``{"learningRate": 0.01, "units": 32}``
-    (``hyperParams`` keys that differ between trials as names of their own; a Param of a
+    (``hyperParams`` keys that differ between trials, and the ``drawn`` ones, as names of
+    their own, a trial that sets no ``hyperParams`` showing the estimator's; a Param of a
     Pipeline's earlier stage as ``Stage.name``)."""
-    hypers = [m.get(stage.hyperParams, {}) for m in maps]
+    hypers = [m.get(stage.hyperParams, stage.getHyperParams()) for m in maps]
     hyper_keys = sorted((k for k in {k for h in hypers for k in h}
-                         if len({json.dumps(_plain(h.get(k)), default=repr)
-                                 for h in hypers}) > 1), key=str)
+                         if k in drawn or len({json.dumps(_plain(h.get(k)), default=repr)
+                                               for h in hypers}) > 1), key=str)
     classes = {}
     for param_map in maps:
         for param in param_map:
             if param.parent != stage.uid:
                 classes.setdefault(param.parent.rsplit("_", 1)[0], set()).add(param.parent)
     out = []
-    for param_map in maps:
-        shown: dict[str, Any] = {}
+    for param_map, hyper in zip(maps, hypers):
+        label: dict[str, Any] = {}
         for param, value in param_map.items():
             if param == stage.hyperParams:
-                shown.update({str(k): _plain(value.get(k)) for k in hyper_keys})
+                label.update({str(k): _plain(value.get(k)) for k in hyper_keys})
             elif param.parent == stage.uid:
-                shown[param.name] = _plain(value)
+                label[param.name] = _plain(value)
             else:  # Stage.name; the stage's uid where two stages of a class are tuned
                 kind = param.parent.rsplit("_", 1)[0]
                 owner = kind if len(classes[kind]) == 1 else param.parent
-                shown[f"{owner}.{param.name}"] = _plain(value)
-        out.append(shown)
+                label[f"{owner}.{param.name}"] = _plain(value)
+        if stage.hyperParams not in param_map:
+            label.update({str(k): _plain(hyper.get(k)) for k in hyper_keys})
+        out.append(label)
     return out
+
+
+def shown(label: dict) -> str:
+    """A trial's label as its lines say it: ``learningRate=0.01, units=32``."""
+    return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                     for k, v in label.items()) or "the estimator's Params"
 
 
 def _plain(value):

@@ -30,11 +30,10 @@ from pyspark.sql import functions as F
 from sparktf._driver import checks, sessions
 from sparktf.errors import InvalidInputError
 from sparktf.ml import (
-    fit_checks,
     halving,
-    identity,
     runs,
     scratch,
+    search_checks,
     search_journal,
     search_loop,
     search_persistence,
@@ -51,7 +50,6 @@ from sparktf.runtime.process import cluster
 __all__ = ["HalvingSearch", "HalvingSearchModel", "uniform", "logUniform", "choice"]
 
 logger = logging.getLogger("sparktf")
-_MAXIMIZED = ("acc", "auc", "precision", "recall", "f1", "iou", "r2")
 
 
 class _HalvingSearchParams(HasSeed):
@@ -70,8 +68,9 @@ class _HalvingSearchParams(HasSeed):
     metric: Param = new_param("metric", "the key of the fit's history the trials are "
                               "compared by (e.g. 'val_loss'), at each rung's last epoch",
                               TypeConverters.toString)
-    metricMode: Param = new_param("metricMode", "'min', 'max', or 'auto' (max for accuracy, "
-                                  "AUC, precision, recall, F1 keys; else min)",
+    metricMode: Param = new_param("metricMode", "'min', 'max', or 'auto' (the direction Keras "
+                                  "gives the metric in the model modelFn builds: loss "
+                                  "minimised, accuracy maximised...)",
                                   one_of("metricMode", ("auto", "min", "max")))
     minEpochs: Param = new_param("minEpochs", "epochs every trial trains (the first rung)",
                                  int_at_least("minEpochs", 1))
@@ -122,16 +121,6 @@ class _HalvingSearchParams(HasSeed):
     def getParallelism(self) -> int | None:
         return self.getOrDefault(self.parallelism) if self.isDefined(self.parallelism) \
             else None
-
-    def larger_is_better(self) -> bool:
-        evaluator = self.getEvaluator()
-        if evaluator is not None:
-            return evaluator.isLargerBetter()
-        mode = self.getOrDefault(self.metricMode)
-        if mode != "auto":
-            return mode == "max"
-        name = self.getOrDefault(self.metric).lower().removeprefix("val_")
-        return any(word in name for word in _MAXIMIZED)
 
 
 @add_setters
@@ -251,19 +240,20 @@ class HalvingSearch(Estimator, _HalvingSearchParams, MLReadable, MLWritable):
         stage, _ = trials.tuned_stage(self.getEstimator())
         runner = trials.Trials(self.getEstimator(), maps, folder, train, validation,
                                self.getEvaluator(), self.getOrDefault(self.metric))
-        self._check_trials(runner, rungs)
+        labels = trials.labels(maps, stage, drawn=tuple(
+            k for k in self.getParamDistributions() or {} if isinstance(k, str)))
+        larger_is_better = search_checks.check(self, runner, rungs, labels)
         order = [int(i) for i in
                  np.random.default_rng(self.getOrDefault(self.seed)).permutation(len(maps))]
         factor = self.getOrDefault(self.reductionFactor)
         metric = self.getOrDefault(self.metric) if self.getEvaluator() is None \
             else self.getEvaluator().getMetricName()
-        labels = trials.labels(maps, stage)
         journal = None if run_id is None else search_journal.Journal(folder, {
             "trials": labels, "rungs": rungs, "reductionFactor": factor, "order": order,
-            "metric": metric, "largerIsBetter": self.larger_is_better(),
+            "metric": metric, "largerIsBetter": larger_is_better,
             **self._shared_settings()})
         search = search_loop.Search(runner, halving.Halving(len(maps), rungs, factor, order),
-                                    labels, metric, self.larger_is_better(),
+                                    labels, metric, larger_is_better,
                                     self.getOrDefault(self.verbose), journal)
         return search, runner
 
@@ -285,33 +275,6 @@ class HalvingSearch(Estimator, _HalvingSearchParams, MLReadable, MLWritable):
             shared.update({f"stage {i} {type(before).__name__}.{p.name}": json_view(v)
                            for p, v in before.extractParamMap().items()})
         return shared
-
-    def _check_trials(self, runner: trials.Trials, rungs: list[int]) -> None:
-        """What would fail a trial at a rung, refused before any job: a validation metric
-        a trial cannot have, a model that depends on its epochs (a trial continues its run
-        across rungs: each rung would build another model)."""
-        metric = self.getOrDefault(self.metric)
-        if self.getEvaluator() is None and metric.startswith("val_"):
-            for index, est in enumerate(runner.estimators):
-                if not fit_checks.holds_out_rows(est):
-                    raise InvalidInputError(
-                        f"metric={metric!r} is a validation value, but trial {index}'s "
-                        "estimator holds out no rows: set validationFraction or "
-                        "validationCol on it, name a training value of the history "
-                        "(metric='loss'), or give an evaluator.")
-        if len(rungs) > 1:
-            est = runner.estimators[0]
-            first, last = (identity.model_identity(est.getModelFn(), {**est.hparams(),
-                                                                       "epochs": e})
-                           for e in (rungs[0], rungs[-1]))
-            said = identity.differences(first, last)
-            if said:
-                raise InvalidInputError(
-                    "modelFn builds another model for other epochs (" + "; ".join(said) +
-                    f" at epochs={rungs[0]} then {rungs[-1]}): a trial continues from its "
-                    "checkpoint across rungs, so its model must not depend on "
-                    "hparams['epochs']. Take what it computes from it (a decay's steps) "
-                    "from a hyperParams value of its own.")
 
     def _split(self, dataset):
         """The rows the trials train on and those the evaluator scores: with an evaluator,

@@ -454,6 +454,12 @@ def test_keep_best_without_validation_rows_and_backup_and_restore_are_refused(sp
                                "features array<double>, label double")
     with pytest.raises(sparktf.InvalidInputError, match="keepBest='val_loss' is a validation"):
         TFEstimator(modelFn=models.linear, keepBest="val_loss").fit(df)
+    # a value whose direction Keras cannot give: refused on the driver, not in the task
+    with pytest.raises(sparktf.InvalidInputError, match=r"logs no 'mse'.*Set "
+                                                        r"keepBestMode='max' or"):
+        TFEstimator(modelFn=models.linear, keepBest="mse").fit(df)
+    assert TFEstimator(modelFn=models.linear, keepBest="mae").fit(df).getHistory()[
+        "best_epoch"] == [1]
     backup = keras.callbacks.BackupAndRestore(str(tmp_path / "backup"))
     with pytest.raises(sparktf.InvalidInputError, match="BackupAndRestore cannot restore"):
         TFEstimator(modelFn=models.linear, callbacks=[backup]).fit(df)

@@ -145,6 +145,33 @@ def decaying(hparams):
     return model
 
 
+def binary_iou(hparams):
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1, "sigmoid")])
+    model.compile(keras.optimizers.SGD(hparams["learningRate"]), "binary_crossentropy",
+                  metrics=[keras.metrics.BinaryIoU()])
+    return model
+
+
+def test_metric_mode_auto_maximises_what_keras_maximises(spark):
+    """Issue 53 item 2: on val_binary_io_u the search kept the trial of the lower IoU
+    (the maximised names had 'iou'; Keras names it 'io_u')."""
+    X, y = data.linear_rows(160, seed=5)
+    frame = spark.createDataFrame(data.rows(X, (y > 1.0).astype(float)),
+                                  "features array<double>, label double").repartition(2)
+    est = TFEstimator(modelFn=binary_iou, numWorkers=1, batchSize=20, seed=1,
+                      validationFraction=0.25)
+    grid = [{est.learningRate: rate} for rate in (1e-7, 0.5)]
+    found = HalvingSearch(estimator=est, estimatorParamMaps=grid, metric="val_binary_io_u",
+                          minEpochs=1, maxEpochs=2, reductionFactor=2,
+                          parallelism=2).fit(frame)
+    print(*found.trialRecords, sep="\n")
+    first = {r["trial"]: r["metrics"][0] for r in found.trialRecords}
+    assert first[1] > first[0], "the trials' own IoUs after the first rung"
+    assert found.bestTrial == 1 and found.bestParams[est.learningRate] == 0.5
+    assert [len(r["rungEpochs"]) for r in found.trialRecords] == [1, 2]
+
+
 class StopAfter(keras.callbacks.Callback):
     def __init__(self, epochs):
         super().__init__()
@@ -221,14 +248,15 @@ class Hold(keras.callbacks.Callback):
 
 
 def _fails_beside_a_held_trial(linear_frame, tmp_path):
-    """A search whose trial 1 raises the search's own error (a metric the history lacks)
-    while trial 0 is held (it never ends unless cancelled)."""
+    """A search whose trial 1 raises the search's own error (a metric the history lacks:
+    with metricMode set, the driver does not look for it in the model) while trial 0 is
+    held (it never ends unless cancelled)."""
     est = TFEstimator(modelFn=models.linear, numWorkers=1, batchSize=30,
                       modelDir=str(tmp_path / "m"))
     grid = [{est.callbacks: [Hold()]}, {}]
     with pytest.raises(sparktf.InvalidInputError, match="'mse' is not in the fit's history"):
-        HalvingSearch(estimator=est, estimatorParamMaps=grid, metric="mse", minEpochs=2,
-                      maxEpochs=2, parallelism=2).fit(linear_frame)
+        HalvingSearch(estimator=est, estimatorParamMaps=grid, metric="mse", metricMode="min",
+                      minEpochs=2, maxEpochs=2, parallelism=2).fit(linear_frame)
 
 
 def test_an_error_of_the_search_not_of_a_trial_cancels_the_running_trials(

@@ -1,9 +1,12 @@
 """``keepBest``: the model a fit exports is the epoch with the best monitored value, with
-Keras's own rules for which way is better (``monitor``/``mode`` of ``ModelCheckpoint``)."""
+Keras's own rules for which way is better (``monitor``/``mode`` of ``ModelCheckpoint``;
+``"auto"``: the metric's own direction, ``directions``, which the driver decides before
+the job)."""
 
 from __future__ import annotations
 
 from sparktf.errors import InvalidInputError
+from sparktf.runtime.training import directions
 
 
 def keep_best(monitor: str, mode: str):
@@ -25,10 +28,23 @@ def keep_best(monitor: str, mode: str):
                     f"{sorted(logs)}: name one of them (a val_ value needs "
                     "validationFraction or validationCol).")
             if self.monitor_op is None:
+                self._set_mode()
                 self._set_monitor_op()
             value = float(logs[self.monitor])
             if self.epoch is None or bool(self._is_improvement(value, self.best)):
                 self.best, self.epoch, self.weights = value, epoch + 1, self.model.get_weights()
+
+        def _set_mode(self) -> None:
+            """Mode "auto" as the model's metric has it, every output's too (Keras's own
+            finds no prefixed name of a multi-output model)."""
+            if self.mode != "auto":
+                return
+            larger = directions.larger_is_better(self.model, self.monitor)
+            if larger is None:
+                raise InvalidInputError(
+                    f"keepBestMode='auto' found no direction for keepBest={self.monitor!r} "
+                    "in the model's metrics: set keepBestMode='max' or 'min'.")
+            self.mode = "max" if larger else "min"
 
         def state(self) -> dict | None:
             """The best epoch so far and its value (its weights are its checkpoint's)."""
