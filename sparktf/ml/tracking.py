@@ -5,7 +5,8 @@ imported MLflow itself (a fit) or names an MLflow URI (a TFModel). A fit logs to
 MLflow only when an MLflow run is active, which includes the run that
 ``mlflow.pyspark.ml.autolog()`` opens around every ``Estimator.fit``. It then logs
 the estimator's Params (those autolog has not logged already), the per-epoch
-metrics (``step`` = epoch, ``val_*`` included) and the trained model as an MLflow
+metrics (``step`` = epoch, ``val_*`` included; a vector metric's elements as
+``<name>/<index>``) and the trained model as an MLflow
 ``pyfunc`` model over the exported SavedModel, which ``mlflow.pyfunc.load_model``
 loads and serves, predicting what ``TFModel.transform`` predicts (a column per
 output), from pandas cells of any kind ``transform`` takes (ml Vectors, numpy arrays,
@@ -34,6 +35,7 @@ from sparktf.runtime import storage
 from sparktf.runtime.scoring import inference, saved_models
 from sparktf.runtime.scoring import spec as score_spec
 from sparktf.runtime.scoring.outputs import output_arrays
+from sparktf.runtime.training import summaries
 
 logger = logging.getLogger("sparktf")
 
@@ -64,12 +66,18 @@ def log_fit(estimator, model) -> None:
         history = model.getHistory()
         epochs = max((len(v) for v in history.values()), default=0)
         for epoch in range(epochs):
-            mlflow.log_metrics({k: float(v[epoch]) for k, v in history.items()
-                                if epoch < len(v)}, step=epoch + 1)
+            mlflow.log_metrics(epoch_metrics(history, epoch), step=epoch + 1)
         log_model(model)
     except Exception as e:  # tracking must never cost the user the trained model
         logger.warning("sparktf: could not log the fit to MLflow run %s (%s: %s); the fit "
                        "itself is unaffected", run_id, type(e).__name__, e)
+
+
+def epoch_metrics(history: dict, epoch: int) -> dict[str, float]:
+    """The history's values at ``epoch`` (0-based) as MLflow metrics: a vector metric's
+    (``F1Score(average=None)``) one per element, ``<name>/<index>``."""
+    return dict(tag_value for key, values in history.items() if epoch < len(values)
+                for tag_value in summaries.elements(key, values[epoch]))
 
 
 def log_model(model) -> None:

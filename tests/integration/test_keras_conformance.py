@@ -7,10 +7,12 @@ partitions every history value and the trained model's predictions must match
 match as well. The table of differences is printed at the end of the run.
 """
 
+import dataclasses
+
 import numpy as np
 import pytest
 
-from sparktf.ml import TFEstimator
+from sparktf.ml import TFEstimator, TFModel
 from tests import conftest
 from tests.integration import conformance
 
@@ -28,12 +30,13 @@ def _frame(spark, case, columns, shares):
     records = []
     for part, (start, stop) in enumerate(zip(bounds[:-1], bounds[1:])):
         for i in range(start, stop):
-            record = (i, columns["x"][i].tolist(), columns["label"][i].item(),
+            record = (i, columns["x"][i].tolist(), columns["label"][i].tolist(),
                       float(columns["weight"][i]), bool(columns["val"][i]))
             if case.task == "two_inputs":
                 record += (int(columns["ids"][i]),)
             records.append((part, record))
-    label = "long" if case.task != "regression" else "double"
+    label = ("array<float>" if columns["label"].ndim > 1 else
+             "long" if case.task != "regression" else "double")
     schema = (f"id long, x array<float>, label {label}, weight double, val boolean" +
               (", ids long" if case.task == "two_inputs" else ""))
     sc = spark.sparkContext
@@ -63,7 +66,8 @@ def _oracle(case, columns, batch_size):
     history = model.fit(_keras_inputs(case, columns, train), columns["label"][train],
                         batch_size=batch_size, epochs=case.epochs, shuffle=False, verbose=0,
                         callbacks=case.callbacks(), **kwargs).history
-    return model, {k: [float(v) for v in values] for k, values in history.items()}
+    # a vector metric's value stays a vector (Keras's History keeps the array)
+    return model, {k: [np.asarray(v).tolist() for v in values] for k, values in history.items()}
 
 
 def _estimator(case, workers, batch_size):
@@ -138,3 +142,72 @@ MINI_BATCH = [c for c in conformance.CASES if c.name in ("sequential",
 @pytest.mark.parametrize("case", MINI_BATCH, ids=[c.name for c in MINI_BATCH])
 def test_mini_batch_fit_on_one_worker_equals_keras_fit(spark, case):
     _check(spark, case, 1, batch_size=64)
+
+
+VECTOR_METRIC = conformance.Case("F1Score(average=None)", conformance.f1_classifier,
+                                 task="one_hot", validation=True, epochs=3)
+
+
+def test_a_vector_metric_is_in_the_history_as_keras_fit_keeps_it(spark, tmp_path):
+    """Issue 53: with ``F1Score(average=None)`` on 2 workers over 50:20 rows, the F1 values
+    were left out of the history, and loss and accuracy came from the last step's
+    per-worker logs averaged over the workers. The history must be Keras's, a vector
+    per epoch, and every other value the one of the fit without the metric."""
+    import glob
+
+    import tensorflow as tf
+
+    case = VECTOR_METRIC
+    columns = conformance.data(case, rows=70)
+    train_rows = int((~columns["val"]).sum())
+    df = _frame(spark, case, columns, [5 / 7, 2 / 7])
+    fitted = _estimator(case, 2, train_rows).setModelDir(str(tmp_path)).setRunId("f1").fit(df)
+    history = fitted.getHistory()
+    without = _estimator(case, 2, train_rows).setHyperParams({"f1": False}).fit(df)
+    _, expected = _oracle(case, columns, train_rows)
+    print("sparktf:", history, "\nKeras:  ", expected, "\nwithout F1:", without.getHistory())
+    assert sorted(history) == sorted(expected) == [
+        "accuracy", "f1_score", "loss", "val_accuracy", "val_f1_score", "val_loss"]
+    for key, values in expected.items():
+        np.testing.assert_allclose(history[key], values, rtol=1e-6, atol=1e-7, err_msg=key)
+    assert np.shape(history["f1_score"]) == (case.epochs, 3)
+    assert sorted(without.getHistory()) == ["accuracy", "loss", "val_accuracy", "val_loss"]
+    for key, values in without.getHistory().items():  # the same arithmetic: ~exact
+        np.testing.assert_allclose(history[key], values, rtol=1e-7, err_msg=key)
+    # TensorBoard: a scalar per element (Keras's own TensorBoard callback fails on a vector)
+    files = glob.glob(str(tmp_path / "**" / "logs" / "train" / "events.out.tfevents.*"),
+                      recursive=True)
+    logged = {}
+    for event in tf.compat.v1.train.summary_iterator(files[0]):
+        for value in event.summary.value:
+            logged.setdefault(value.tag, []).append(float(tf.make_ndarray(value.tensor)))
+    np.testing.assert_allclose([logged[f"epoch_f1_score/{i}"] for i in range(3)],
+                               np.transpose(history["f1_score"]), rtol=1e-6)
+    # the history as the finished run keeps it, and as the saved model does
+    again = _estimator(case, 2, train_rows).setModelDir(str(tmp_path)).setRunId("f1").fit(df)
+    assert again.getHistory() == history
+    fitted.write().overwrite().save(str(tmp_path / "saved"))
+    assert TFModel.load(str(tmp_path / "saved")).getHistory() == history
+
+
+@pytest.mark.parametrize("path", ["evaluator side-car", "tf_keras's own fit"])
+def test_a_vector_metric_is_in_the_history_from_the_evaluator_and_tf_keras(spark, path):
+    """The evaluator side-car's validation and a tf_keras model's own fit give the history a
+    vector metric as Keras does: on 1 worker, full-batch steps, Keras's fit is the oracle
+    (before, the side-car left it out and tf_keras's fit failed on it)."""
+    case = dataclasses.replace(VECTOR_METRIC, **(
+        {"model_fn": conformance.tf_keras_f1_classifier} if path.startswith("tf_keras")
+        else {}))
+    columns = conformance.data(case, rows=70)
+    train_rows = int((~columns["val"]).sum())
+    df = _frame(spark, case, columns, [1.0])
+    estimator = _estimator(case, 1, train_rows)
+    if path == "evaluator side-car":
+        estimator.setEvaluator(True)
+    history = estimator.fit(df).getHistory()
+    _, expected = _oracle(case, columns, train_rows)
+    print(f"sparktf ({path}):", history, "\nKeras:", expected)
+    assert sorted(history) == sorted(expected), (sorted(history), sorted(expected))
+    assert np.shape(history["val_f1_score"]) == (case.epochs, 3)
+    for key, values in expected.items():
+        np.testing.assert_allclose(history[key], values, rtol=1e-6, atol=1e-7, err_msg=key)

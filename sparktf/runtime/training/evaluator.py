@@ -16,7 +16,7 @@ from __future__ import annotations
 import collections
 
 from sparktf._protocol.client import EventClient
-from sparktf.runtime.training import checkpoint, loop
+from sparktf.runtime.training import checkpoint, keras_steps, loop, summaries
 from sparktf.runtime.training.spec import TrainSpec
 
 
@@ -44,12 +44,13 @@ def evaluate_checkpoints(spec: TrainSpec, ctx) -> dict:
                     ctx.emit("log", line=f"evaluator: skipped epoch {epoch}: its checkpoint "
                                          "was already replaced by newer ones")
                     continue
-                logs = validate(shard)
+                logs = keras_steps.history_values(validate(shard))
                 history["epoch"].append(epoch)
                 for key, value in logs.items():
                     history[key].append(value)
                 ctx.emit("log", line=f"evaluator: epoch {epoch} " + " ".join(
-                    f"{k}={v:.4f}" for k, v in logs.items()))
+                    f"{tag}={number:.4f}" for key, value in logs.items()
+                    for tag, number in summaries.elements(key, value)))
             done = max(done, int(notice["epoch"]))
             checkpoint.prune(spec.model_dir, done)
             if notice["finished"]:

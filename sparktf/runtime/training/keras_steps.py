@@ -139,13 +139,14 @@ class KerasSteps:
         """One evaluation step (``test_step``); ``share`` and logs as for ``train``."""
         return self._function("test", reduce)(data, np.asarray(share, np.float32))
 
-    def epoch_logs(self, last_logs) -> dict[str, float]:
+    def epoch_logs(self, last_logs) -> dict:
         """What Keras's ``fit`` reports after an epoch (``_get_metrics_result_or_logs``):
-        the compiled metrics over all workers, or a custom step's own last logs."""
-        metrics = _scalars(self.model.get_metrics_result())
+        the compiled metrics over all workers, or a custom step's own last logs; a vector
+        metric (``F1Score(average=None)``) as a numpy array, as Keras leaves it."""
+        metrics = python_logs(self.model.get_metrics_result())
         if isinstance(last_logs, dict) and set(last_logs) == set(metrics):
             return metrics
-        return _scalars(last_logs)
+        return python_logs(last_logs)
 
     def any_worker(self, flag: bool) -> bool:
         """Whether ``flag`` is true on any worker (a collective every worker joins)."""
@@ -276,14 +277,26 @@ class _loss_scaled:
             self.optimizer.scale_loss = self.own
 
 
-def _scalars(logs) -> dict[str, float]:
-    """Log values as Python floats (Keras's ``pythonify_logs``), scalars only."""
+def python_logs(logs) -> dict:
+    """Log values as Keras's ``pythonify_logs`` gives them to callbacks: a scalar as a
+    Python float, a metric with a value per class (``F1Score(average=None)``) as a numpy
+    array; values that are not numbers are left out."""
     out = {}
     for name, value in sorted((logs or {}).items()):
         value = np.asarray(value)
-        if value.ndim == 0:
+        if value.ndim == 0 and value.dtype.kind in "biuf":
             out[name] = float(value)
+        elif value.dtype.kind in "biuf":
+            out[name] = value
     return out
+
+
+def history_values(logs) -> dict:
+    """``logs`` (as ``CallbackList`` leaves them) as the history keeps them, ready for JSON
+    (the driver's events, the checkpoint, ``getHistory``): a numpy array (Keras's History
+    keeps it as it is) as a list of Python numbers, any other value as it is."""
+    return {name: value.tolist() if isinstance(value, (np.ndarray, np.generic)) else value
+            for name, value in (logs or {}).items()}
 
 
 def replicas_per_worker(strategy) -> int:
@@ -291,10 +304,10 @@ def replicas_per_worker(strategy) -> int:
     return max(1, len(strategy.extended.worker_devices))
 
 
-def metric_results(model, prefix: str = "") -> dict[str, float]:
-    """The model's metrics (the loss tracker included) as Python floats, ``prefix``ed;
+def metric_results(model, prefix: str = "") -> dict:
+    """The model's metrics (the loss tracker included) as ``python_logs``, ``prefix``ed;
     under a strategy, aggregated over all workers (their variables sync on read)."""
-    return {prefix + k: v for k, v in _scalars(model.get_metrics_result()).items()}
+    return {prefix + k: v for k, v in python_logs(model.get_metrics_result()).items()}
 
 
 def prediction_kind(model) -> tuple[str, bool]:

@@ -189,7 +189,8 @@ def _weights_at(model, spec: TrainSpec, epoch: int, resumed: dict) -> list:
 
 class _EpochLogs:
     """Last in the callback list, like Keras's History: the epoch's logs as the other
-    callbacks left them (``CallbackList`` hands them a copy of the loop's logs)."""
+    callbacks left them (``CallbackList`` hands them a copy of the loop's logs), a vector
+    metric's array as a list (``keras_steps.history_values``)."""
 
     def __new__(cls):
         import keras
@@ -198,7 +199,7 @@ class _EpochLogs:
             logs: dict = {}
 
             def on_epoch_end(self, epoch, logs=None):
-                self.logs = dict(logs or {})
+                self.logs = keras_steps.history_values(logs)
 
         return EpochLogs()
 

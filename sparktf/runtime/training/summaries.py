@@ -2,7 +2,9 @@
 
 ``logs/train`` holds the training metrics and ``logs/validation`` the ``val_*``
 ones (under their plain names), the layout Keras' own TensorBoard callback uses,
-so ``tensorboard --logdir <fit folder>/logs`` shows both curves on one chart.
+so ``tensorboard --logdir <fit folder>/logs`` shows both curves on one chart. A metric
+with a value per class (``F1Score(average=None)``) is a scalar per element,
+``epoch_<name>/<index>`` (Keras's own TensorBoard callback fails on it).
 """
 
 from __future__ import annotations
@@ -10,9 +12,21 @@ from __future__ import annotations
 import os
 import tempfile
 
+import numpy as np
+
 from sparktf.runtime import storage
 
 LOGS = "logs"
+
+
+def elements(name: str, value) -> list[tuple[str, float]]:
+    """``[(name, value)]`` for a scalar; for a vector or any array, each element as
+    ``name/<index>`` (``name/<row>/<column>``...), the way to log it as scalars."""
+    array = np.asarray(value, dtype=np.float64)
+    if array.ndim == 0:
+        return [(name, float(array))]
+    return [("/".join([name, *map(str, index)]), float(number))
+            for index, number in np.ndenumerate(array)]
 
 
 class EpochSummaries:
@@ -49,7 +63,8 @@ class EpochSummaries:
             return
         for key, value in logs.items():
             split, name = ("validation", key[4:]) if key.startswith("val_") else ("train", key)
-            self._scalar(split, f"epoch_{name}", epoch, float(value))
+            for tag, number in elements(f"epoch_{name}", value):
+                self._scalar(split, tag, epoch, number)
         for writer in self._writers.values():
             writer.flush()
         if self._local:

@@ -78,7 +78,9 @@ def fit(spec, ctx, strategy, model, bound, first_epoch: int, history: dict, plan
                                       (logs or {}).get("loss"))
 
         def on_epoch_end(self, epoch, logs=None):
-            logs = {k: float(v) for k, v in (logs or {}).items()}
+            # a vector metric (F1Score(average=None)) as a list: tf_keras's History keeps it
+            logs = {k: float(v) if np.ndim(v) == 0 else np.asarray(v).tolist()
+                    for k, v in (logs or {}).items()}
             for key, value in logs.items():
                 self.history.setdefault(key, []).append(value)
             self.summaries.write(epoch + 1, logs)

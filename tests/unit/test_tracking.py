@@ -1,0 +1,31 @@
+"""What a fit logs to MLflow (``sparktf.ml.tracking.log_fit``), in a local SQLite store,
+for a history with a vector metric (``F1Score(average=None)``: a list per epoch)."""
+
+import logging
+from types import SimpleNamespace
+
+import pytest
+
+mlflow = pytest.importorskip("mlflow", reason="pip install 'sparktf[mlflow]'")
+
+
+def test_a_vector_metric_is_logged_as_a_metric_per_element(tmp_path, monkeypatch, caplog):
+    from sparktf.ml import tracking
+
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+    logged_models = []
+    monkeypatch.setattr(tracking, "log_model", logged_models.append)  # no SavedModel here
+    history = {"loss": [0.5, 0.25], "f1_score": [[0.0, 0.5, 1.0], [0.25, 0.5, 0.75]]}
+    model = SimpleNamespace(getHistory=lambda: history)
+    try:
+        with caplog.at_level(logging.WARNING, logger="sparktf"), mlflow.start_run() as run:
+            tracking.log_fit(SimpleNamespace(extractParamMap=dict), model)
+        client = mlflow.tracking.MlflowClient()
+        found = {key: [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, key)]
+                 for key in ("loss", "f1_score/0", "f1_score/1", "f1_score/2")}
+    finally:
+        mlflow.set_tracking_uri(None)
+    assert not caplog.records, [r.getMessage() for r in caplog.records]
+    assert found == {"loss": [(1, 0.5), (2, 0.25)], "f1_score/0": [(1, 0.0), (2, 0.25)],
+                     "f1_score/1": [(1, 0.5), (2, 0.5)], "f1_score/2": [(1, 1.0), (2, 0.75)]}
+    assert logged_models == [model]
