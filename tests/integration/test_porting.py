@@ -52,6 +52,94 @@ def test_a_custom_training_loop_trains_the_same_model_on_every_worker(spark, tmp
     assert float(np.mean((restored.predict(x, verbose=0) - y) ** 2)) < results[0]["losses"][0]
 
 
+F1_ROWS, F1_WORKERS = 48, 2
+
+
+def f1_data(copies: int = 1):
+    """Rows of three classes (one-hot labels), ``copies`` times over."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(F1_ROWS, 4)).astype("float32")
+    y = np.eye(3, dtype="float32")[np.digitize(x[:, 0] + 0.5 * x[:, 1], [-0.5, 0.5])]
+    return np.concatenate([x] * copies), np.concatenate([y] * copies)
+
+
+def f1_fit(strategy, train, validation, epochs: int) -> dict:
+    """Keras's fit of a classifier with ``F1Score(average=None)`` (a value per class); its
+    history and every batch's logs as callbacks see them, vectors as lists."""
+    import keras
+
+    class BatchLogs(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.seen = {"train": [], "test": []}
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.seen["train"].append(_lists(logs))
+
+        def on_test_batch_end(self, batch, logs=None):
+            self.seen["test"].append(_lists(logs))
+
+    with strategy.scope():
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"),
+                                  keras.layers.Dense(3, activation="softmax")])
+        model.compile(optimizer=keras.optimizers.SGD(0.2), loss="categorical_crossentropy",
+                      metrics=["accuracy", keras.metrics.F1Score(average=None, threshold=0.5)])
+    logs = BatchLogs()
+    history = model.fit(train, validation_data=validation, epochs=epochs, steps_per_epoch=2,
+                        validation_steps=1, callbacks=[logs], verbose=0)
+    return {"history": _lists(history.history), "batches": logs.seen}
+
+
+def _lists(logs: dict) -> dict:
+    return {k: np.asarray(v).tolist() for k, v in (logs or {}).items()}
+
+
+def keras_fit_with_f1(args, ctx):
+    """On every worker the same rows, so that each worker's own running metrics (what a
+    step's logs hold under any strategy: Keras averages them across the replicas) are those
+    of the whole global batch, and the batch logs can equal one process's."""
+    import tensorflow as tf
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    x, y = f1_data()
+
+    def rows(_input_context):
+        return tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(F1_ROWS)
+
+    return f1_fit(strategy, strategy.distribute_datasets_from_function(rows),
+                  strategy.distribute_datasets_from_function(rows), args["epochs"])
+
+
+def test_keras_3_fit_keeps_a_vector_metric_a_vector_in_every_batch_s_logs(spark):
+    """Issue 53: under MultiWorkerMirroredStrategy the batch logs' F1Score(average=None)
+    was the mean of its elements (0.1005 where one process has [0.0, 0.3103, 0.0]): the
+    keras#20585 fix reduced a vector along axis 0. Keras's fit alone on the same rows (the
+    global batch: every worker's rows) is the oracle, history and batch logs."""
+    import tensorflow as tf
+
+    results = sparktf.run(spark, keras_fit_with_f1, {"epochs": EPOCHS}, numWorkers=F1_WORKERS)
+    x, y = f1_data(copies=F1_WORKERS)
+    batches = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(len(x))
+    alone = f1_fit(tf.distribute.get_strategy(), batches, batches, EPOCHS)
+    print("alone:", alone, "\nrank 0:", results[0])
+    assert np.shape(alone["batches"]["train"][0]["f1_score"]) == (3,)
+    for rank, found in enumerate(results):
+        assert found.keys() == alone.keys()
+        for part in ("train", "test"):
+            assert len(found["batches"][part]) == len(alone["batches"][part]), part
+            for mine, theirs in zip(found["batches"][part], alone["batches"][part]):
+                assert mine.keys() == theirs.keys(), (rank, part, mine, theirs)
+                for key in theirs:
+                    assert np.shape(mine[key]) == np.shape(theirs[key]), (rank, part, key)
+                    np.testing.assert_allclose(mine[key], theirs[key], rtol=1e-6, atol=1e-7,
+                                               err_msg=f"rank {rank}, {part} batch {key}")
+        assert found["history"].keys() == alone["history"].keys()
+        for key, values in alone["history"].items():
+            np.testing.assert_allclose(found["history"][key], values, rtol=1e-6, atol=1e-7,
+                                       err_msg=f"rank {rank}, history {key}")
+
+
 def keras_fit_as_released(args, ctx):
     from sparktf.runtime.process import keras_fixes
     keras_fixes.undo(build=args["path"] == "build", reduce=args["path"] == "reduce")

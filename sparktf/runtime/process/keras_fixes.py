@@ -10,18 +10,19 @@ Keras 3 (checked on ``CHECKED``) fails any ``fit``, ``evaluate`` or ``predict`` 
    axis=None)``): under that strategy, outside ``strategy.run``, that is ``ValueError:
    Attempt to convert a value (PerReplica:{...}) to a Tensor``. Only the batch's shapes
    and dtypes are used: this replica's own batch gives the same ones.
-2. ``reduce_per_replica`` then averages each step's logs across workers along axis 0
+2. ``reduce_per_replica`` then averages each step's logs across workers and along axis 0
    (``strategy.reduce("MEAN", v, axis=0)``), which a scalar (the loss, a metric) has not:
-   ``ValueError: Invalid reduction dimension 0 for input with 0 dimensions``. A scalar is
-   averaged across the replicas instead (``axis=None``), as Keras does under every other
-   strategy; the values are the same on every replica (Keras's metrics are synchronised).
+   ``ValueError: Invalid reduction dimension 0 for input with 0 dimensions``; and a
+   metric with a value per class (``F1Score(average=None)``) would become the mean of its
+   elements. Under every other strategy Keras's mean is ``tf.reduce_mean(local_results,
+   axis=0)``: element-wise across the replicas, a vector kept a vector. Every value, of
+   any rank, is averaged that way here: ``strategy.reduce("MEAN", v, axis=None)``.
 
-Everything else keeps Keras's own code: other strategies, tensors that have an axis 0,
-``reduction`` other than the mean. ``apply()`` does nothing on Keras 2 (``tf_keras``,
-which has neither path) or where Keras has changed these functions (their names or
-parameters): ``tests/integration/test_porting.py`` runs the failing program after
-``undo()`` and fails once a Keras release fixes it upstream, saying to remove this
-module.
+Everything else keeps Keras's own code: other strategies, ``reduction`` other than the
+mean. ``apply()`` does nothing on Keras 2 (``tf_keras``, which has neither path) or where
+Keras has changed these functions (their names or parameters):
+``tests/integration/test_porting.py`` runs the failing program after ``undo()`` and fails
+once a Keras release fixes it upstream, saying to remove this module.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def apply() -> bool:
         return False
     trainer.TensorFlowTrainer._maybe_symbolic_build = _symbolic_build_from_local(build,
                                                                                  multi_worker)
-    trainer.reduce_per_replica = _scalars_across_replicas(reduce, multi_worker)
+    trainer.reduce_per_replica = _mean_across_replicas(reduce, multi_worker)
     _applied = True
     return True
 
@@ -91,22 +92,13 @@ def _symbolic_build_from_local(original, multi_worker):
     return _maybe_symbolic_build
 
 
-def _scalars_across_replicas(original, multi_worker):
+def _mean_across_replicas(original, multi_worker):
     def reduce_per_replica(values, strategy, reduction):
         import tensorflow as tf
 
         if reduction not in ("auto", "mean") or not multi_worker(strategy):
             return original(values, strategy, reduction)
-
-        def one(value):
-            local = value
-            if isinstance(value, tf.distribute.DistributedValues):
-                local = strategy.experimental_local_results(value)[0]
-            if getattr(getattr(local, "shape", None), "rank", None) == 0:
-                return strategy.reduce("MEAN", value, axis=None)
-            return original(value, strategy, reduction)
-
-        return tf.nest.map_structure(one, values)
+        return tf.nest.map_structure(lambda v: strategy.reduce("MEAN", v, axis=None), values)
 
     reduce_per_replica.__wrapped__ = original
     return reduce_per_replica
