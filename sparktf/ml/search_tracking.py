@@ -17,6 +17,7 @@ from mlflow.entities import Metric, Param, RunTag
 from pyspark.ml import PipelineModel
 
 from sparktf.ml import tracking
+from sparktf.runtime.training import summaries
 
 logger = logging.getLogger("sparktf")
 _LIMIT = 500
@@ -59,9 +60,10 @@ def _child(client, experiment_id: str, parent_id: str, record: dict) -> None:
     now = int(time.time() * 1000)
     params = [Param(k, _text(v)) for k, v in record["params"].items()]
     params.append(Param("epochs_trained", str(record["epochs"])))
-    metrics = [Metric(key, float(v), now, step + 1)
+    metrics = [Metric(tag, number, now, step + 1)
                for key, values in record["history"].items() if key != "best_epoch"
-               for step, v in enumerate(values) if v is not None and math.isfinite(v)]
+               for step, v in enumerate(values) if v is not None
+               for tag, number in summaries.elements(key, v) if math.isfinite(number)]
     metrics += [Metric("rung_metric", float(m), now, e)
                 for e, m in zip(record["rungEpochs"], record["metrics"])]
     for i in range(0, max(len(metrics), 1), 1000):  # MLflow takes 1,000 metrics a call

@@ -253,7 +253,13 @@ class Trials:
                 f"metric={self.metric!r} is not in the fit's history, which has "
                 f"{sorted(history)}: name a key of it (val_ keys need validationFraction or "
                 "validationCol on the estimator), or give an evaluator.")
-        return float(values[min(epochs, len(values)) - 1])
+        value = values[min(epochs, len(values)) - 1]
+        if isinstance(value, (list, tuple)):
+            raise InvalidInputError(
+                f"metric={self.metric!r} has a value per element ({value}), and a search "
+                "ranks trials by one number: name a scalar metric (F1Score(average="
+                "'macro') rather than average=None, say) or give an evaluator.")
+        return float(value)
 
     def model(self, index: int, epochs: int):
         """Trial ``index``'s model at ``epochs``: what its last fit returned, or for a

@@ -12,6 +12,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+import sparktf
 from sparktf.ml import TFEstimator, TFModel
 from tests import conftest
 from tests.integration import conformance
@@ -211,3 +212,23 @@ def test_a_vector_metric_is_in_the_history_from_the_evaluator_and_tf_keras(spark
     assert np.shape(history["val_f1_score"]) == (case.epochs, 3)
     for key, values in expected.items():
         np.testing.assert_allclose(history[key], values, rtol=1e-6, atol=1e-7, err_msg=key)
+
+
+def test_a_vector_metric_named_by_keep_best_or_a_search_is_refused_saying_why(spark):
+    """keepBest and a search rank epochs or trials by one number: a vector metric (with
+    Keras's direction, so "auto" accepts it) is refused naming it, not a bare TypeError
+    from float(list)."""
+    from sparktf.ml.tuning import HalvingSearch
+
+    case = VECTOR_METRIC
+    columns = conformance.data(case, rows=70)
+    train_rows = int((~columns["val"]).sum())
+    df = _frame(spark, case, columns, [1.0])
+    with pytest.raises(sparktf.InvalidInputError, match="keepBest='val_f1_score' has a value "
+                                                        "per element"):
+        _estimator(case, 1, train_rows).setKeepBest("val_f1_score").fit(df)
+    search = HalvingSearch(estimator=_estimator(case, 1, train_rows), numTrials=1,
+                           paramDistributions={"f1": [True]}, metric="val_f1_score")
+    with pytest.raises(sparktf.InvalidInputError, match="metric='val_f1_score' has a value "
+                                                        "per element"):
+        search.fit(df)

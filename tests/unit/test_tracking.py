@@ -29,3 +29,29 @@ def test_a_vector_metric_is_logged_as_a_metric_per_element(tmp_path, monkeypatch
     assert found == {"loss": [(1, 0.5), (2, 0.25)], "f1_score/0": [(1, 0.0), (2, 0.25)],
                      "f1_score/1": [(1, 0.5), (2, 0.5)], "f1_score/2": [(1, 1.0), (2, 0.75)]}
     assert logged_models == [model]
+
+
+def test_a_search_trial_s_vector_metric_is_logged_per_element(tmp_path):
+    """A HalvingSearch's child run of a trial (``search_tracking._child``) took each value
+    for a number: math.isfinite(list) failed the search's logging."""
+    from sparktf.ml import search_tracking
+
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+    try:
+        client = mlflow.tracking.MlflowClient()
+        experiment = client.create_experiment("search")
+        parent = client.create_run(experiment).info.run_id
+        record = {"trial": 0, "stopReason": "finished", "params": {"units": 4}, "epochs": 2,
+                  "history": {"loss": [0.5, float("nan")], "best_epoch": [1],
+                              "f1_score": [[0.0, 0.5], [0.25, float("inf")]]},
+                  "rungEpochs": [2], "metrics": [0.5]}
+        search_tracking._child(client, experiment, parent, record)
+        child, = [r for r in client.search_runs([experiment])
+                  if r.data.tags.get("mlflow.parentRunId") == parent]
+        found = {key: [(m.step, m.value) for m in client.get_metric_history(
+            child.info.run_id, key)] for key in ("loss", "f1_score/0", "f1_score/1")}
+    finally:
+        mlflow.set_tracking_uri(None)
+    # non-finite values are left out, as for a scalar
+    assert found == {"loss": [(1, 0.5)], "f1_score/0": [(1, 0.0), (2, 0.25)],
+                     "f1_score/1": [(1, 0.5)]}

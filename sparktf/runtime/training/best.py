@@ -5,6 +5,8 @@ the job)."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from sparktf.errors import InvalidInputError
 from sparktf.runtime.training import directions
 
@@ -30,7 +32,13 @@ def keep_best(monitor: str, mode: str):
             if self.monitor_op is None:
                 self._set_mode()
                 self._set_monitor_op()
-            value = float(logs[self.monitor])
+            value = logs[self.monitor]
+            if np.ndim(value):
+                raise InvalidInputError(
+                    f"keepBest={self.monitor!r} has a value per element ({list(value)}), "
+                    "and keepBest compares epochs by one number: name a scalar metric "
+                    "(F1Score(average='macro') rather than average=None, say).")
+            value = float(value)
             if self.epoch is None or bool(self._is_improvement(value, self.best)):
                 self.best, self.epoch, self.weights = value, epoch + 1, self.model.get_weights()
 
