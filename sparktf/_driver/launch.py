@@ -42,7 +42,7 @@ from sparktf.errors import (
     TaskFailedError,
 )
 from sparktf.runtime import gpu, worker_tuning
-from sparktf.runtime.feed.row_checks import NO_ROWS, RowChecks
+from sparktf.runtime.feed.row_checks import NO_ROWS, RowChecks, no_rows
 from sparktf.runtime.process import cluster, servers
 from sparktf.runtime.process import task as task_runtime
 
@@ -305,8 +305,7 @@ def _every_rank(rows: list, stage: LaunchSpec, collector: EventCollector,
         # no task started: Spark planned the input with no partition at all, as it plans a
         # frame it knows to be empty (filter(false), limit(0)), shuffles included
         raise InvalidInputError(NO_ROWS if stage.row_checks is not None else
-                                f"The DataFrame given to {stage.what} has no rows. Check "
-                                "the filters that produced it.")
+                                no_rows(stage.what))
     missing = sorted(set(range(stage.num_tasks)) - {r["rank"] for r in rows})
     if missing:
         raise SparkTFError(f"{stage.what}: rank(s) {missing} ended without a result: they "

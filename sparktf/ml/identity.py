@@ -273,10 +273,34 @@ def _fresh_names():
         return
     before = global_state.get_global_attribute("object_name_uids")
     global_state.set_global_attribute("object_name_uids", collections.defaultdict(int))
+    legacy = _tf_keras_names()
     try:
         yield
     finally:
         global_state.set_global_attribute("object_name_uids", before)
+        if legacy is not None:
+            legacy.restore()
+
+
+class _tf_keras_names:
+    """tf_keras (Keras 2) counts names per graph (``auc_2`` for a second ``AUC()``):
+    counted from zero as in a task's process, the driver's counts given back after."""
+
+    def __new__(cls):
+        backend = sys.modules.get("tf_keras.src.backend")  # never imported for this
+        if backend is None:
+            return None
+        self = super().__new__(cls)
+        self.backend = backend
+        self.uids = dict(backend.PER_GRAPH_OBJECT_NAME_UIDS)
+        self.names = set(backend.OBSERVED_NAMES)
+        backend.reset_uids()
+        return self
+
+    def restore(self) -> None:
+        self.backend.reset_uids()
+        self.backend.PER_GRAPH_OBJECT_NAME_UIDS.update(self.uids)
+        self.backend.OBSERVED_NAMES.update(self.names)
 
 
 @contextlib.contextmanager

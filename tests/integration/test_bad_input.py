@@ -92,6 +92,16 @@ def test_every_kind_of_empty_frame_is_refused_as_empty(spark, tmp_path):
                 with pytest.raises(sparktf.InvalidInputError, match="has no rows"):
                     _est(numWorkers=workers, inputMode=mode,
                          modelDir=str(tmp_path / f"{workers}{mode}")).fit(frame)
+    def main(args, ctx):
+        return ctx.numRows
+
+    frames["two empty partitions"] = spark.createDataFrame(spark.sparkContext.parallelize(
+        [], 2), df.schema)
+    for workers in (1, 2):  # sparktf.run too, whether Spark planned partitions or not
+        for frame in frames.values():
+            with pytest.raises(sparktf.InvalidInputError, match="given to sparktf.run has no "
+                                                                "rows"):
+                sparktf.run(spark, main, numWorkers=workers, df=frame)
     est = _est(numWorkers=1, validationFraction=0.25)
     grid = ParamGridBuilder().addGrid(est.learningRate, [0.1, 0.01]).build()
     with pytest.raises(sparktf.InvalidInputError, match="has no rows"):

@@ -231,3 +231,54 @@ def test_keep_best_in_the_task_takes_the_same_direction_for_auto():
     unknown.set_model(_model(keras.metrics.TruePositives, 1, "sigmoid"))
     with pytest.raises(InvalidInputError, match="set keepBestMode='max' or 'min'"):
         unknown.on_epoch_end(0, {"val_true_positives": 3.0})
+
+
+@pytest.mark.parametrize("kind", ["Sequential without Input", "subclassed"])
+def test_a_model_of_no_declared_inputs_has_its_metrics_directions(kind):
+    """Found by review: such a model's compiled metrics are unbuilt until its first batch,
+    so only 'loss' had a direction and keepBest/metricMode 'auto' refused models sparktf
+    trains. Keras's EarlyStopping decides after a fit (the oracle)."""
+
+    class Subclassed(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = keras.layers.Dense(3, activation="softmax")
+
+        def call(self, x):
+            return self.dense(x)
+
+    def make():
+        keras.utils.set_random_seed(0)
+        model = (keras.Sequential([keras.layers.Dense(3, activation="softmax")])
+                 if kind.startswith("Sequential") else Subclassed())
+        model.compile("sgd", "categorical_crossentropy",
+                      metrics=["accuracy", "mae", keras.metrics.F1Score(average="macro")])
+        return model
+
+    fitted = make()
+    fitted.fit(np.ones((4, 3), "float32"), np.eye(3, dtype="float32")[[0, 1, 2, 1]], verbose=0)
+    fresh = make()
+    for key in ("accuracy", "mae", "f1_score", "val_accuracy", "loss"):
+        assert directions.larger_is_better(fresh, key) == keras_decides(fitted, key), key
+
+
+def test_a_tf_keras_metric_keeps_its_name_however_often_the_driver_builds_it():
+    """Found by review: tf_keras counts names per graph, so a driver building each trial's
+    model found 'auc_2', 'auc_5'... where each task's fresh process logs 'auc'."""
+    tf_keras = pytest.importorskip("tf_keras")
+    from sparktf.ml import identity
+
+    def build(hparams):
+        model = tf_keras.Sequential([tf_keras.Input((3,)), tf_keras.layers.Dense(1, "sigmoid")])
+        model.compile("sgd", "binary_crossentropy", metrics=[tf_keras.metrics.AUC()])
+        return model
+
+    def count(name):
+        return int(name.rpartition("_")[2]) if name != "auc" else 0
+
+    before = count(tf_keras.metrics.AUC().name)  # the driver's own count
+    for _ in range(3):
+        model, _, error = identity.built(build, {})
+        assert error is None
+        assert directions.larger_is_better(model, "val_auc") is True
+    assert count(tf_keras.metrics.AUC().name) == before + 1  # the driver's counts given back

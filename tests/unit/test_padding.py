@@ -54,6 +54,11 @@ def _model(name):
             x, L.Masking(float("nan")), L.GRU(2)),
         "a per-step output": lambda: chain(
             tokens, L.Embedding(20, 4, mask_zero=True), L.GRU(2, return_sequences=True)),
+        "zeros for a padded last step": lambda: chain(
+            tokens, L.Embedding(20, 4, mask_zero=True), L.LSTM(3, zero_output_for_mask=True),
+            L.Dense(1)),
+        "a mask value integers cannot hold": lambda: chain(
+            keras.Input((None, 2), dtype="int32", name="ints"), L.Masking(0.5), L.LSTM(2)),
     }[name]()
 
 
@@ -66,12 +71,15 @@ MASKED = {"gru over a masked embedding": {"tokens": 0},
 UNMASKED = ["unmasked embedding, average pooling", "unmasked gru",
             "max pooling ignores the mask", "a convolution mixes steps",
             "an activation of the user's mixes steps", "a NaN mask value masks nothing",
-            "a per-step output"]
+            "a per-step output", "zeros for a padded last step",
+            "a mask value integers cannot hold"]
 
 
 def _rows(model, rng, n=12):
     shape = tuple(model.inputs[0].shape)
     lengths = rng.integers(1, 9, size=n)
+    if len(shape) == 3 and "int" in str(model.inputs[0].dtype):
+        return [rng.integers(1, 5, size=(k, shape[2])).astype("int32") for k in lengths]
     if len(shape) == 3:
         return [rng.normal(size=(k, shape[2])).astype("float32") for k in lengths]
     return [rng.integers(1, 20, size=k).astype("int32") for k in lengths]

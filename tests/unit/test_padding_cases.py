@@ -40,7 +40,8 @@ _branches = st.tuples(st.sampled_from(["add", "concatenate", "multiply"]),
 _layer = st.one_of(_rnn, _bidirectional, _per_step, _per_step, _mixing, _branches)
 # what removes the length axis (or not: a per-step output)
 _head = st.one_of(
-    st.tuples(st.just("rnn_last"), st.sampled_from(RNNS), st.booleans(), st.booleans()),
+    st.tuples(st.just("rnn_last"), st.sampled_from(RNNS), st.booleans(), st.booleans(),
+              st.booleans()),
     st.tuples(st.just("bidirectional_last"), st.sampled_from(RNNS),
               st.sampled_from(MERGE_MODES)),
     st.tuples(st.sampled_from(["average", "max", "none"])))
@@ -105,8 +106,9 @@ def _head_of(x, head: tuple):
     L = keras.layers
     name = head[0]
     if name == "rnn_last":
-        _, kind, backwards, state = head
-        out = _rnn_layer(kind, go_backwards=backwards, return_state=state)(x)
+        _, kind, backwards, state, zeros = head
+        out = _rnn_layer(kind, go_backwards=backwards, return_state=state,
+                         zero_output_for_mask=zeros)(x)
         return L.Concatenate()(list(out)) if state else out
     if name == "bidirectional_last":
         _, kind, mode = head
@@ -173,7 +175,9 @@ def _gap(model, found: dict, rng) -> float:
 # mask (Keras keeps the mask), so what follows averages or reads padded steps
 @example([("embedding_masked", [("rnn", "LSTM", True, False)], ("average",))])
 @example([("embedding_masked", [("rnn", "SimpleRNN", True, False)], ("rnn_last", "GRU",
-                                                                     False, False))])
+                                                                     False, False, False))])
+# found by review: the last step's output is zeros where that step is padding
+@example([("embedding_masked", [], ("rnn_last", "LSTM", False, False, True))])
 def test_every_masked_verdict_scores_padded_as_alone(branches):
     model = build(branches)
     found = padding.masked_inputs(model)
@@ -189,7 +193,7 @@ def test_the_generated_models_include_masked_verdicts_that_hold():
     """Not vacuous: the generator's masked stacks are said masked (and then hold)."""
     masked = [("embedding_masked", [("rnn", "GRU", False, False), ("dense",)], ("average",)),
               ("masking", [("bidirectional", "LSTM", "concat", False)],
-               ("rnn_last", "LSTM", True, False)),
+               ("rnn_last", "LSTM", True, False, False)),
               ("embedding_masked", [("add", "rnn")], ("bidirectional_last", "GRU", "sum"))]
     for branch in masked:
         model = build([branch])

@@ -97,7 +97,11 @@ def _nonfinite(values: pa.Array):
     return pc.invert(pc.fill_null(pc.is_finite(values), True)).to_numpy(zero_copy_only=False)
 
 
-NO_ROWS = "The DataFrame given to fit has no rows. Check the filters that produced it."
+def no_rows(what: str) -> str:
+    return f"The DataFrame given to {what} has no rows. Check the filters that produced it."
+
+
+NO_ROWS = no_rows("fit")
 
 
 def problem(checks: RowChecks, counts: list[dict], training_rows: int | None = None,

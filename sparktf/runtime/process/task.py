@@ -203,6 +203,8 @@ def _share_rows(spec, exchange: _Exchange, rank, role, events: EventClient,
                                   sum(g["rows"] for g in gathered),
                                   sum(g["validation_rows"] for g in gathered))
                if spec.row_checks else None)
+    if spec.row_checks is None and not any(g["rows"] + g["validation_rows"] for g in gathered):
+        problem = row_checks.no_rows("sparktf.run")  # as when Spark planned no partition
     if problem is not None:  # every task found it: refuse before training
         _fail(events, rank, role, problem, "", "", invalid_input=True)
     if intake.unusable is not None:

@@ -90,6 +90,9 @@ def _step(node, held, padding: dict):
         raise _Unknown(kind)
     if first[0] == "raw":
         if kind == "NotEqual" and len(args) == 1 and len(consts) == 1:
+            if _integral(args[0].dtype) and consts[0] != int(consts[0]):
+                # Masking(0.5) over integers: the padding (0.5 cast to 0) is never masked
+                raise _Unknown(f"{first[1]} masked by a value its dtype cannot hold")
             return ("mask", first[1], consts[0])
         if kind in ("Embedding", "Masking") and len(given) == 1:
             return ("steps", first[1])
@@ -118,6 +121,9 @@ def _step(node, held, padding: dict):
                 raise _Unknown(f"{kind} returns its sequence reversed")
             _pads_with(padding, first[1], held(mask)[2])
             return first
+        if _zero_output_for_mask(layer, kind):
+            # its output is the last step's, zeros when that step is padding
+            raise _Unknown(f"{kind} gives zeros for a padded last step")
         _pads_with(padding, first[1], held(mask)[2])
         return _CLEAN
     if kind == "GlobalAveragePooling1D" and masked and getattr(
@@ -139,6 +145,11 @@ def _own_activation(layer) -> bool:
 def _flat(args) -> list:
     """A call's arguments with the tensors of a list argument (a merge's inputs) in line."""
     return [a for arg in args for a in (arg if isinstance(arg, (list, tuple)) else [arg])]
+
+
+def _integral(dtype) -> bool:
+    name = str(getattr(dtype, "name", dtype))
+    return name.startswith(("int", "uint")) or name == "bool"
 
 
 def _is_tensor(value) -> bool:
@@ -174,6 +185,11 @@ def _reversed(layer, kind: str) -> bool:
     ``Bidirectional`` whose forward layer goes backwards (Keras flips only the other one)."""
     inner = layer.forward_layer if kind == "Bidirectional" else layer
     return bool(getattr(inner, "go_backwards", False))
+
+
+def _zero_output_for_mask(layer, kind: str) -> bool:
+    inner = [layer.forward_layer, layer.backward_layer] if kind == "Bidirectional" else [layer]
+    return any(getattr(r, "zero_output_for_mask", False) for r in inner)
 
 
 def _returns_sequences(layer, kind: str) -> bool:

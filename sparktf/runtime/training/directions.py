@@ -89,8 +89,8 @@ def _compiled_names(compiled) -> dict[str, str | None]:
 def _build_compiled(model) -> None:
     """Builds the model's compiled metrics and losses as its fit's first batch would, from
     the model's declared inputs (the labels taken as shaped as the outputs: a string
-    metric's kind, sparse or not, never changes its direction); nothing where the inputs
-    are not declared (a subclassed model never called)."""
+    metric's kind, sparse or not, never changes its direction); where the inputs are not
+    declared (a subclassed model never called), as for one output."""
     metrics, losses = getattr(model, "_compile_metrics", None), \
         getattr(model, "_compile_loss", None)
     unbuilt = [c for c in (metrics, losses) if c is not None and not c.built]
@@ -98,7 +98,11 @@ def _build_compiled(model) -> None:
         return
     y_pred = _output_spec(model)
     if y_pred is None:
-        return
+        # a model of no declared inputs (a subclassed one, a Sequential without Input):
+        # one output of any shape gives each metric its kind, and a kind its direction
+        from keras.src import backend
+
+        y_pred = backend.KerasTensor((None, 1), "float32")
     for compiled in unbuilt:
         try:
             compiled.build(y_pred, y_pred)
