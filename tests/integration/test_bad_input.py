@@ -24,10 +24,11 @@ def not_a_model(hparams):
 
 
 def accumulating(hparams):
-    """Keras cannot accumulate gradients under any tf.distribute strategy."""
+    """Accumulation with an optimizer's moving average: not under a strategy."""
     import keras
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
-    model.compile(optimizer=keras.optimizers.SGD(0.1, gradient_accumulation_steps=2),
+    model.compile(optimizer=keras.optimizers.SGD(0.1, gradient_accumulation_steps=2,
+                                                 use_ema=True),
                   loss="mse")
     return model
 
@@ -133,7 +134,7 @@ def test_class_labels_outside_the_model_outputs(spark):
 
 @pytest.mark.parametrize("fn,fragment", [
     (uncompiled, "not compiled"), (not_a_model, "compiled keras.Model"),
-    (accumulating, r"gradient_accumulation_steps=2, which Keras cannot run .* set batchSize")])
+    (accumulating, r"gradient_accumulation_steps=2 with use_ema=True.* set batchSize")])
 def test_model_fn_must_return_a_compiled_keras_model(spark, fn, fragment):
     df = spark.createDataFrame([([1.0, 2.0], 1.0)] * 8, "features array<double>, label double")
     with pytest.raises(sparktf.TaskFailedError, match=fragment):

@@ -47,6 +47,10 @@ class _EpochLoop(loop.EpochRunner):
         # the state each worker keeps apart: non-trainable floats (not seed generators)
         self.per_worker = [v for v in model.non_trainable_variables
                            if np.dtype(v.dtype).kind == "f"]
+        # and the gradients each worker accumulated so far (gradient_accumulation_steps):
+        # the update sums them over the workers, which their mean on every worker keeps
+        self.per_worker += list(getattr(model.optimizer, "_accumulated_gradients", None)
+                                or [])
         self._same_state = None
         self.shares = self.plan.shares
         # batch logs are averaged over the workers (a collective) only when a callback

@@ -13,6 +13,8 @@ from typing import Sequence
 
 import numpy as np
 
+from sparktf.runtime.process import accumulation
+
 
 def is_tf_keras(model) -> bool:
     """Whether ``model`` is a tf_keras (Keras 2) model rather than a Keras 3 one."""
@@ -40,15 +42,8 @@ def check_compiled(model) -> None:
         raise TypeError("modelFn returned a keras.Model that is not compiled. Call "
                         "model.compile(optimizer=..., loss=..., metrics=[...]) in modelFn "
                         "before returning it.")
-    if getattr(model.optimizer, "gradient_accumulation_steps", None):
-        raise ValueError(
-            "The optimizer has gradient_accumulation_steps="
-            f"{model.optimizer.gradient_accumulation_steps}, which Keras cannot run under a "
-            "tf.distribute strategy (Keras's own fit fails the same way under "
-            "MirroredStrategy: the accumulate-or-apply branch contains the gradient "
-            "all-reduce). Every worker's rows already make one global batch: set batchSize "
-            "to the accumulated batch (batchSize x gradient_accumulation_steps) and remove "
-            "gradient_accumulation_steps from the optimizer.")
+    if accumulation.steps(model.optimizer):
+        accumulation.check(model.optimizer)
 
 
 def build(model, template) -> None:
@@ -132,8 +127,15 @@ class KerasSteps:
         replicas if ``reduce`` (a collective), else this replica's."""
         factor = (self.strategy.num_replicas_in_sync * share /
                   replicas_per_worker(self.strategy))
-        return self._function("train", reduce)(data, np.asarray(share, np.float32),
-                                               np.asarray(factor, np.float32))
+        args = (data, np.asarray(share, np.float32), np.asarray(factor, np.float32))
+        optimizer = self.model.optimizer
+        if not accumulation.steps(optimizer):
+            return self._function("train", reduce)(*args)
+        # Keras's gradient accumulation: a step that accumulates and one that applies
+        # (and all-reduces) are two functions, chosen by the optimizer's step counter
+        update = accumulation.applies(optimizer)
+        with accumulation.branch(optimizer, update):
+            return self._function("train", reduce, update)(*args)
 
     def test(self, data, share: float, reduce: bool) -> dict:
         """One evaluation step (``test_step``); ``share`` and logs as for ``train``."""
@@ -162,8 +164,8 @@ class KerasSteps:
             self._functions["any"] = total
         return bool(self._functions["any"](np.float32(flag)) > 0)
 
-    def _function(self, kind: str, reduce: bool):
-        key = (kind, reduce)
+    def _function(self, kind: str, reduce: bool, update: bool | None = None):
+        key = (kind, reduce, update)
         if key not in self._functions:
             self._functions[key] = self._compile(kind, reduce)
         return self._functions[key]

@@ -22,7 +22,7 @@ import numpy as np
 from sparktf._protocol import heartbeats
 from sparktf.runtime.feed import columns, shards, tensors
 from sparktf.runtime.feed.columns import ColumnInfo
-from sparktf.runtime.process import cluster, servers
+from sparktf.runtime.process import accumulation, cluster, servers
 from sparktf.runtime.training import export, keras_steps, loop
 from sparktf.runtime.training.spec import TrainSpec, class_weights, plan_steps
 
@@ -77,6 +77,14 @@ class _Chief(loop.EpochRunner):
             raise TypeError("Parameter-server training (numPs > 0) runs Keras 3 models; this "
                             "modelFn returned a tf_keras model. Use numPs=0, or build the "
                             "model with Keras 3.")
+        if accumulation.steps(model.optimizer):
+            raise ValueError(
+                "Parameter-server training (numPs > 0) applies each worker's gradients to "
+                "the shared variables as they come, so accumulating them over steps "
+                f"(gradient_accumulation_steps={accumulation.steps(model.optimizer)}) "
+                "would mix updates of several workers and weights of several ages. Use "
+                "numPs=0 (all-reduce: Keras's accumulation, one all-reduce per update), or "
+                "set batchSize to the accumulated batch.")
         super().__init__(spec, ctx, model, plan_steps(ctx.allNumRows,
                                                                spec.batch_size), beat)
         # (dtype, row shape) of each column, as every worker's records hold them
