@@ -47,7 +47,7 @@ def _worker(rank, ports, out):
         x = rng.normal(size=(8, 4)).astype("float32")
         steps.train((x, x.sum(axis=1, keepdims=True)), 0.5, reduce=False)
     counts = {}
-    for (kind, _, update), fn in steps._functions.items():
+    for (_, _, update), fn in steps._functions.items():
         graphs = [c.graph for c in fn._list_all_concrete_functions()]
         ops = [op.type for g in graphs for op in g.get_operations()]
         for g in graphs:  # the functions the step calls (strategy.run's replica function)
@@ -69,7 +69,7 @@ def test_accumulated_gradients_are_all_reduced_once_per_update():
     for w in workers:
         w.join(timeout=60)
     print({r: results[r][0] for r in results})
-    for rank, (counts, weights, iterations) in results.items():
+    for counts, _, iterations in results.values():
         assert counts["False"] == 0, counts  # accumulating: no collective at all
         assert counts["True"] >= 1, counts  # applying: the gradients' all-reduce
         assert iterations == 2  # Keras's count of updates: 8 steps // 4
