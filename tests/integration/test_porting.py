@@ -37,6 +37,21 @@ def test_keras_3_fit_under_multi_worker_mirrored_strategy_equals_keras_fit_alone
     assert alone["history"]["loss"][-1] < 0.7 * alone["history"]["loss"][0]  # it learns
 
 
+def test_keras_3_fit_accumulating_gradients_on_two_workers_equals_keras_fit_alone(spark):
+    """Issue 54: Keras's own fit with gradient_accumulation_steps fails under any
+    tf.distribute strategy on CPUs (its accumulate-or-apply cond holds a merge_call);
+    sparktf's task processes run the two branches as two functions (keras_fixes)."""
+    args = {"epochs": EPOCHS, "accumulate": 2, "steps": 4}
+    expected = tutorials.keras_fit_alone(EPOCHS, accumulate=2, steps=4)
+    for found in sparktf.run(spark, tutorials.keras_fit, args, numWorkers=2):
+        print("2 workers:", found["history"], "\nalone:", expected["history"])
+        for key in ("loss", "val_loss", "mae", "val_mae"):
+            np.testing.assert_allclose(found["history"][key], expected["history"][key],
+                                       rtol=1e-6, atol=1e-7, err_msg=key)
+        for mine, theirs in zip(found["weights"], expected["weights"], strict=True):
+            np.testing.assert_allclose(mine, theirs, rtol=1e-6, atol=1e-7)
+
+
 def test_a_custom_training_loop_trains_the_same_model_on_every_worker(spark, tmp_path):
     results = sparktf.run(spark, tutorials.custom_loop,
                           {"epochs": 4, "model_dir": str(tmp_path)}, numWorkers=2)
@@ -142,12 +157,14 @@ def test_keras_3_fit_keeps_a_vector_metric_a_vector_in_every_batch_s_logs(spark)
 
 def keras_fit_as_released(args, ctx):
     from sparktf.runtime.process import keras_fixes
-    keras_fixes.undo(build=args["path"] == "build", reduce=args["path"] == "reduce")
+    keras_fixes.undo(build=args["path"] == "build", reduce=args["path"] == "reduce",
+                     accumulate=args["path"] == "accumulate")
     return tutorials.keras_fit(args, ctx)
 
 
 @pytest.mark.parametrize("path, error", [("build", "PerReplica"),
-                                         ("reduce", "Invalid reduction dimension 0")])
+                                         ("reduce", "Invalid reduction dimension 0"),
+                                         ("accumulate", "merge_call")])
 def test_keras_still_fails_without_each_of_sparktf_s_fixes(spark, path, error):
     """keras-team/keras#20585: when one of these fails, Keras has fixed that path of its fit
     under MultiWorkerMirroredStrategy upstream: remove that fix from
@@ -155,7 +172,9 @@ def test_keras_still_fails_without_each_of_sparktf_s_fixes(spark, path, error):
     that have it."""
     import keras
     with pytest.raises(sparktf.TaskFailedError, match=error):
-        sparktf.run(spark, keras_fit_as_released, {"epochs": 1, "path": path}, numWorkers=2)
+        sparktf.run(spark, keras_fit_as_released, {"epochs": 1, "path": path, "accumulate":
+                                                   2 if path == "accumulate" else None},
+                    numWorkers=2)
     print(f"Keras {keras.__version__} still fails fit without the {path} fix")
 
 

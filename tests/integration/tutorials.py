@@ -22,14 +22,15 @@ def make_data():
     return x, y
 
 
-def build_and_compile_model():
+def build_and_compile_model(accumulate=None):
+    """``accumulate``: the optimizer's ``gradient_accumulation_steps``."""
     import keras
 
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.Input((FEATURES,)), keras.layers.Dense(8, activation="relu"),
                               keras.layers.Dense(1)])
-    model.compile(loss="mse", optimizer=keras.optimizers.SGD(learning_rate=0.05),
-                  metrics=["mae"])
+    model.compile(loss="mse", optimizer=keras.optimizers.SGD(
+        learning_rate=0.05, gradient_accumulation_steps=accumulate), metrics=["mae"])
     return model
 
 
@@ -51,9 +52,10 @@ def keras_fit(args, ctx):
     global_batch_size = ROWS
     multi_worker_dataset = dataset(global_batch_size)
     with strategy.scope():
-        multi_worker_model = build_and_compile_model()
+        multi_worker_model = build_and_compile_model(args.get("accumulate"))
     history = multi_worker_model.fit(multi_worker_dataset, epochs=args["epochs"],
-                                     steps_per_epoch=2, validation_data=dataset(ROWS),
+                                     steps_per_epoch=args.get("steps", 2),
+                                     validation_data=dataset(ROWS),
                                      validation_steps=1, verbose=0)
     x, _ = make_data()
     evaluated = multi_worker_model.evaluate(dataset(ROWS), steps=1, verbose=0)
@@ -64,12 +66,12 @@ def keras_fit(args, ctx):
             "predict": sorted(float(v) for v in predicted.reshape(-1))}
 
 
-def keras_fit_alone(epochs):
+def keras_fit_alone(epochs, accumulate=None, steps=2):
     """Keras's own fit in one process on the same data: the oracle."""
     import tensorflow as tf
 
-    model = build_and_compile_model()
-    history = model.fit(dataset(ROWS), epochs=epochs, steps_per_epoch=2,
+    model = build_and_compile_model(accumulate)
+    history = model.fit(dataset(ROWS), epochs=epochs, steps_per_epoch=steps,
                         validation_data=dataset(ROWS), validation_steps=1, verbose=0)
     x, _ = make_data()
     predicted = model.predict(tf.data.Dataset.from_tensor_slices(x).batch(16), verbose=0)

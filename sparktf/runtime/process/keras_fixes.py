@@ -18,6 +18,13 @@ Keras 3 (checked on ``CHECKED``) fails any ``fit``, ``evaluate`` or ``predict`` 
    axis=0)``: element-wise across the replicas, a vector kept a vector. Every value, of
    any rank, is averaged that way here: ``strategy.reduce("MEAN", v, axis=None)``.
 
+3. An optimizer with ``gradient_accumulation_steps`` decides inside the traced step
+   whether to accumulate or apply (``ops.cond``), and the applying branch all-reduces the
+   gradients: a ``merge_call`` on CPUs, which TensorFlow refuses inside a cond under any
+   strategy. ``make_train_function`` makes one function per branch and calls the one the
+   optimizer's step counter says (``accumulation``): one all-reduce per update, Keras's
+   numbers. ``steps_per_execution`` must then be 1.
+
 Everything else keeps Keras's own code: other strategies, ``reduction`` other than the
 mean. ``apply()`` does nothing on Keras 2 (``tf_keras``, which has neither path) or where
 Keras has changed these functions (their names or parameters):
@@ -30,13 +37,15 @@ from __future__ import annotations
 import inspect
 import os
 
+from sparktf.runtime.process import accumulation
+
 CHECKED = ("3.14.0", "3.15.1")
 
 _applied = False
 
 
 def apply() -> bool:
-    """Applies both fixes in this process (once); whether they are in place."""
+    """Applies the fixes in this process (once); whether they are in place."""
     global _applied
     if _applied:
         return True
@@ -56,14 +65,22 @@ def apply() -> bool:
     trainer.TensorFlowTrainer._maybe_symbolic_build = _symbolic_build_from_local(build,
                                                                                  multi_worker)
     trainer.reduce_per_replica = _mean_across_replicas(reduce, multi_worker)
+    make = getattr(trainer.TensorFlowTrainer, "make_train_function", None)
+    if make is not None and list(inspect.signature(make).parameters) == ["self", "force"]:
+        trainer.TensorFlowTrainer.make_train_function = _accumulating_in_python(make)
     _applied = True
     return True
 
 
-def undo(build: bool = True, reduce: bool = True) -> None:
+def undo(build: bool = True, reduce: bool = True, accumulate: bool = True) -> None:
     """Keras as released again in this process, for the first path (``build``), the
-    second (``reduce``) or both: the upstream-fix test asks each path alone."""
+    second (``reduce``), the third (``accumulate``) or all: the upstream-fix test asks
+    each path alone."""
     from keras.src.backend.tensorflow import trainer
+
+    if accumulate:
+        fixed = trainer.TensorFlowTrainer.make_train_function
+        trainer.TensorFlowTrainer.make_train_function = getattr(fixed, "__wrapped__", fixed)
 
     if build:
         fixed = trainer.TensorFlowTrainer._maybe_symbolic_build
@@ -102,3 +119,40 @@ def _mean_across_replicas(original, multi_worker):
 
     reduce_per_replica.__wrapped__ = original
     return reduce_per_replica
+
+
+def _accumulating_in_python(original):
+    """``make_train_function`` for an optimizer that accumulates gradients under a
+    strategy: one function that accumulates and one that applies, called as the
+    optimizer's step counter says (``accumulation``), instead of Keras's one function
+    whose cond holds the all-reduce."""
+    def make_train_function(self, force=False):
+        optimizer = getattr(self, "optimizer", None)
+        if (getattr(self, "_distribute_strategy", None) is None
+                or not accumulation.steps(optimizer)):
+            return original(self, force)
+        if self.train_function is not None and not force:
+            return self.train_function
+        accumulation.check(optimizer)
+        if getattr(self, "steps_per_execution", 1) != 1:
+            raise ValueError(
+                f"gradient_accumulation_steps={accumulation.steps(optimizer)} with "
+                f"steps_per_execution={self.steps_per_execution}: under a tf.distribute "
+                "strategy each step's function is chosen by whether it applies the "
+                "accumulated gradients, so a call runs one step. Compile with "
+                "steps_per_execution=1.")
+        made = {}
+        for update in (False, True):
+            original(self, force=True)
+            made[update] = self.train_function
+
+        def train_function(iterator):
+            update = accumulation.applies(optimizer)
+            with accumulation.branch(optimizer, update):
+                return made[update](iterator)
+
+        self.train_function = train_function
+        return train_function
+
+    make_train_function.__wrapped__ = original
+    return make_train_function
