@@ -37,12 +37,17 @@ def test_keras_3_fit_under_multi_worker_mirrored_strategy_equals_keras_fit_alone
     assert alone["history"]["loss"][-1] < 0.7 * alone["history"]["loss"][0]  # it learns
 
 
-def test_keras_3_fit_accumulating_gradients_on_two_workers_equals_keras_fit_alone(spark):
+@pytest.mark.parametrize("accumulate, steps_per_execution", [(2, 1), (None, 2), (2, 4)])
+def test_keras_3_fit_accumulating_or_running_steps_per_execution_equals_keras_fit_alone(
+        spark, accumulate, steps_per_execution):
     """Issue 54: Keras's own fit with gradient_accumulation_steps fails under any
-    tf.distribute strategy on CPUs (its accumulate-or-apply cond holds a merge_call);
-    sparktf's task processes run the two branches as two functions (keras_fixes)."""
-    args = {"epochs": EPOCHS, "accumulate": 2, "steps": 4}
-    expected = tutorials.keras_fit_alone(EPOCHS, accumulate=2, steps=4)
+    tf.distribute strategy on CPUs (its accumulate-or-apply cond holds a merge_call), and
+    with steps_per_execution > 1 under MultiWorkerMirroredStrategy (its while loop);
+    sparktf's task processes call Keras's one-step functions from Python (keras_fixes)."""
+    args = {"epochs": EPOCHS, "accumulate": accumulate, "steps": 4,
+            "steps_per_execution": steps_per_execution}
+    expected = tutorials.keras_fit_alone(EPOCHS, accumulate=accumulate, steps=4,
+                                         steps_per_execution=steps_per_execution)
     for found in sparktf.run(spark, tutorials.keras_fit, args, numWorkers=2):
         print("2 workers:", found["history"], "\nalone:", expected["history"])
         for key in ("loss", "val_loss", "mae", "val_mae"):
@@ -158,13 +163,14 @@ def test_keras_3_fit_keeps_a_vector_metric_a_vector_in_every_batch_s_logs(spark)
 def keras_fit_as_released(args, ctx):
     from sparktf.runtime.process import keras_fixes
     keras_fixes.undo(build=args["path"] == "build", reduce=args["path"] == "reduce",
-                     accumulate=args["path"] == "accumulate")
+                     steps=args["path"] in ("accumulate", "steps_per_execution"))
     return tutorials.keras_fit(args, ctx)
 
 
 @pytest.mark.parametrize("path, error", [("build", "PerReplica"),
                                          ("reduce", "Invalid reduction dimension 0"),
-                                         ("accumulate", "merge_call")])
+                                         ("accumulate", "merge_call"),
+                                         ("steps_per_execution", "InvalidArgumentError")])
 def test_keras_still_fails_without_each_of_sparktf_s_fixes(spark, path, error):
     """keras-team/keras#20585: when one of these fails, Keras has fixed that path of its fit
     under MultiWorkerMirroredStrategy upstream: remove that fix from
@@ -172,9 +178,9 @@ def test_keras_still_fails_without_each_of_sparktf_s_fixes(spark, path, error):
     that have it."""
     import keras
     with pytest.raises(sparktf.TaskFailedError, match=error):
-        sparktf.run(spark, keras_fit_as_released, {"epochs": 1, "path": path, "accumulate":
-                                                   2 if path == "accumulate" else None},
-                    numWorkers=2)
+        sparktf.run(spark, keras_fit_as_released, {
+            "epochs": 1, "path": path, "accumulate": 2 if path == "accumulate" else None,
+            "steps_per_execution": 2 if path == "steps_per_execution" else 1}, numWorkers=2)
     print(f"Keras {keras.__version__} still fails fit without the {path} fix")
 
 

@@ -22,7 +22,7 @@ def make_data():
     return x, y
 
 
-def build_and_compile_model(accumulate=None):
+def build_and_compile_model(accumulate=None, steps_per_execution=1):
     """``accumulate``: the optimizer's ``gradient_accumulation_steps``."""
     import keras
 
@@ -30,7 +30,8 @@ def build_and_compile_model(accumulate=None):
     model = keras.Sequential([keras.Input((FEATURES,)), keras.layers.Dense(8, activation="relu"),
                               keras.layers.Dense(1)])
     model.compile(loss="mse", optimizer=keras.optimizers.SGD(
-        learning_rate=0.05, gradient_accumulation_steps=accumulate), metrics=["mae"])
+        learning_rate=0.05, gradient_accumulation_steps=accumulate), metrics=["mae"],
+        steps_per_execution=steps_per_execution)
     return model
 
 
@@ -52,7 +53,8 @@ def keras_fit(args, ctx):
     global_batch_size = ROWS
     multi_worker_dataset = dataset(global_batch_size)
     with strategy.scope():
-        multi_worker_model = build_and_compile_model(args.get("accumulate"))
+        multi_worker_model = build_and_compile_model(args.get("accumulate"),
+                                                     args.get("steps_per_execution", 1))
     history = multi_worker_model.fit(multi_worker_dataset, epochs=args["epochs"],
                                      steps_per_epoch=args.get("steps", 2),
                                      validation_data=dataset(ROWS),
@@ -66,11 +68,11 @@ def keras_fit(args, ctx):
             "predict": sorted(float(v) for v in predicted.reshape(-1))}
 
 
-def keras_fit_alone(epochs, accumulate=None, steps=2):
+def keras_fit_alone(epochs, accumulate=None, steps=2, steps_per_execution=1):
     """Keras's own fit in one process on the same data: the oracle."""
     import tensorflow as tf
 
-    model = build_and_compile_model(accumulate)
+    model = build_and_compile_model(accumulate, steps_per_execution)
     history = model.fit(dataset(ROWS), epochs=epochs, steps_per_epoch=steps,
                         validation_data=dataset(ROWS), validation_steps=1, verbose=0)
     x, _ = make_data()

@@ -18,12 +18,16 @@ Keras 3 (checked on ``CHECKED``) fails any ``fit``, ``evaluate`` or ``predict`` 
    axis=0)``: element-wise across the replicas, a vector kept a vector. Every value, of
    any rank, is averaged that way here: ``strategy.reduce("MEAN", v, axis=None)``.
 
-3. An optimizer with ``gradient_accumulation_steps`` decides inside the traced step
-   whether to accumulate or apply (``ops.cond``), and the applying branch all-reduces the
-   gradients: a ``merge_call`` on CPUs, which TensorFlow refuses inside a cond under any
-   strategy. ``make_train_function`` makes one function per branch and calls the one the
+3. ``make_train_function`` and ``make_test_function``: an optimizer with
+   ``gradient_accumulation_steps`` decides inside the traced step whether to accumulate
+   or apply (``ops.cond``), and the applying
+   branch all-reduces the gradients: a ``merge_call`` on CPUs, which TensorFlow refuses
+   inside a cond under any strategy. One function is made per branch and called as the
    optimizer's step counter says (``accumulation``): one all-reduce per update, Keras's
-   numbers. ``steps_per_execution`` must then be 1.
+   numbers. And ``steps_per_execution > 1`` under ``MultiWorkerMirroredStrategy`` fails
+   in the ``tf.while_loop`` Keras builds for it (``InvalidArgumentError`` at
+   ``while/cond/Placeholder``): its steps run one by one from Python instead, Keras's own
+   path for an iterator that is not a dataset's, with the same numbers.
 
 Everything else keeps Keras's own code: other strategies, ``reduction`` other than the
 mean. ``apply()`` does nothing on Keras 2 (``tf_keras``, which has neither path) or where
@@ -65,22 +69,25 @@ def apply() -> bool:
     trainer.TensorFlowTrainer._maybe_symbolic_build = _symbolic_build_from_local(build,
                                                                                  multi_worker)
     trainer.reduce_per_replica = _mean_across_replicas(reduce, multi_worker)
-    make = getattr(trainer.TensorFlowTrainer, "make_train_function", None)
-    if make is not None and list(inspect.signature(make).parameters) == ["self", "force"]:
-        trainer.TensorFlowTrainer.make_train_function = _accumulating_in_python(make)
+    for kind in ("train", "test"):
+        make = getattr(trainer.TensorFlowTrainer, f"make_{kind}_function", None)
+        if make is not None and list(inspect.signature(make).parameters) == ["self", "force"]:
+            setattr(trainer.TensorFlowTrainer, f"make_{kind}_function",
+                    _steps_in_python(make, multi_worker, kind))
     _applied = True
     return True
 
 
-def undo(build: bool = True, reduce: bool = True, accumulate: bool = True) -> None:
+def undo(build: bool = True, reduce: bool = True, steps: bool = True) -> None:
     """Keras as released again in this process, for the first path (``build``), the
-    second (``reduce``), the third (``accumulate``) or all: the upstream-fix test asks
-    each path alone."""
+    second (``reduce``), the third (``steps``) or all: the upstream-fix test asks each
+    path alone."""
     from keras.src.backend.tensorflow import trainer
 
-    if accumulate:
-        fixed = trainer.TensorFlowTrainer.make_train_function
-        trainer.TensorFlowTrainer.make_train_function = getattr(fixed, "__wrapped__", fixed)
+    for kind in ("train", "test") if steps else ():
+        fixed = getattr(trainer.TensorFlowTrainer, f"make_{kind}_function")
+        setattr(trainer.TensorFlowTrainer, f"make_{kind}_function",
+                getattr(fixed, "__wrapped__", fixed))
 
     if build:
         fixed = trainer.TensorFlowTrainer._maybe_symbolic_build
@@ -121,38 +128,72 @@ def _mean_across_replicas(original, multi_worker):
     return reduce_per_replica
 
 
-def _accumulating_in_python(original):
-    """``make_train_function`` for an optimizer that accumulates gradients under a
-    strategy: one function that accumulates and one that applies, called as the
+def _steps_in_python(original, multi_worker, kind: str):
+    """``make_train_function`` (``kind`` "train") or ``make_test_function`` ("test") that
+    calls Keras's one-step function from Python: for an optimizer that accumulates
+    gradients under a strategy, one training function per branch, called as the
     optimizer's step counter says (``accumulation``), instead of Keras's one function
-    whose cond holds the all-reduce."""
-    def make_train_function(self, force=False):
-        optimizer = getattr(self, "optimizer", None)
-        if (getattr(self, "_distribute_strategy", None) is None
-                or not accumulation.steps(optimizer)):
-            return original(self, force)
-        if self.train_function is not None and not force:
-            return self.train_function
-        accumulation.check(optimizer)
-        if getattr(self, "steps_per_execution", 1) != 1:
-            raise ValueError(
-                f"gradient_accumulation_steps={accumulation.steps(optimizer)} with "
-                f"steps_per_execution={self.steps_per_execution}: under a tf.distribute "
-                "strategy each step's function is chosen by whether it applies the "
-                "accumulated gradients, so a call runs one step. Compile with "
-                "steps_per_execution=1.")
-        made = {}
-        for update in (False, True):
-            original(self, force=True)
-            made[update] = self.train_function
+    whose cond holds the all-reduce; and under ``MultiWorkerMirroredStrategy``,
+    ``steps_per_execution`` steps a call made one by one, as Keras runs a call over an
+    iterator that is not a dataset's (the ``tf.while_loop`` Keras builds for them fails
+    there on the strategy's collectives)."""
+    import contextlib
 
-        def train_function(iterator):
-            update = accumulation.applies(optimizer)
-            with accumulation.branch(optimizer, update):
+    attribute = f"{kind}_function"
+
+    def make_function(self, force=False):
+        strategy = getattr(self, "_distribute_strategy", None)
+        optimizer = getattr(self, "optimizer", None)
+        accumulate = (kind == "train" and strategy is not None
+                      and bool(accumulation.steps(optimizer)))
+        several = (strategy is not None and multi_worker(strategy)
+                   and getattr(self, "steps_per_execution", 1) > 1)
+        if not (accumulate or several):
+            return original(self, force)
+        if getattr(self, attribute) is not None and not force:
+            return getattr(self, attribute)
+        if accumulate:
+            accumulation.check(optimizer)
+        made = {}
+        for update in (False, True) if accumulate else (None,):
+            with _one_step_a_call(self):
+                original(self, force=True)
+            made[update] = getattr(self, attribute)
+
+        def one_step(iterator):
+            update = accumulation.applies(optimizer) if accumulate else None
+            with (accumulation.branch(optimizer, update) if accumulate
+                  else contextlib.nullcontext()), _one_step_a_call(self):
                 return made[update](iterator)
 
-        self.train_function = train_function
-        return train_function
+        def function(iterator):
+            outputs = None
+            for _ in range(self.steps_per_execution):
+                try:
+                    outputs = one_step(iterator)
+                except StopIteration:
+                    if outputs is None:
+                        raise
+                    break  # the epoch's last steps: Keras's loop returns their logs too
+            return outputs
 
-    make_train_function.__wrapped__ = original
-    return make_train_function
+        setattr(self, attribute, function)
+        return function
+
+    make_function.__wrapped__ = original
+    return make_function
+
+
+class _one_step_a_call:
+    """Within: the model's ``steps_per_execution`` is 1, as Keras's step functions read it
+    when they trace."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __enter__(self):
+        self.kept = self.model.steps_per_execution
+        self.model.steps_per_execution = 1
+
+    def __exit__(self, *exc):
+        self.model.steps_per_execution = self.kept
