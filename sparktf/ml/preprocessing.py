@@ -38,10 +38,11 @@ from typing import Any
 
 from pyspark.ml.functions import vector_to_array
 from pyspark.ml.linalg import VectorUDT
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from sparktf._driver import checks, sessions
 from sparktf._driver.schema import column as column_of
 from sparktf.errors import InvalidInputError
 
@@ -300,7 +301,7 @@ def _vocabularies(df: DataFrame, specs: dict) -> dict:
             tokens.select(F.lit(column).alias("column"), "token", "document"))
     counted: dict = {column: [] for column in specs}
     for same_type in frames.values():
-        for row in _top_counts(same_type, specs).collect():
+        for row in _top_counts(same_type, specs):
             counted[row["column"]].append(row)
     tf_idf = [c for c, s in specs.items() if s.output_mode == "tf_idf"]
     documents = (df.agg(*[F.count(column_of(c)).alias(c) for c in tf_idf]).first().asDict()
@@ -309,22 +310,55 @@ def _vocabularies(df: DataFrame, specs: dict) -> dict:
             for column, spec in specs.items()}
 
 
-def _top_counts(frames: list, specs: dict) -> DataFrame:
+def _top_counts(frames: list, specs: dict) -> list:
     """Per column and token: occurrences and documents (rows), ranked as Keras's
     ``finalize_state`` orders them (count, then token, both descending), only the ranks
-    that ``max_tokens`` can keep once the mask and OOV tokens are left out."""
+    that ``max_tokens`` can keep once the mask and OOV tokens are left out.
+
+    A distributed top-k: each partition of the counts keeps its own first ``max_tokens``
+    of each column (``_first_of_each_column``: no shuffle, no window over a whole column
+    in one task), and the driver ranks what comes back, at most ``max_tokens`` times the
+    partitions a column; a column with no ``max_tokens`` comes back whole (its whole
+    vocabulary is the state)."""
     tokens = functools.reduce(DataFrame.unionByName, frames)
     counts = tokens.groupBy("column", "token").agg(
         F.count(F.lit(1)).alias("count"), F.countDistinct("document").alias("documents"))
-    order = Window.partitionBy("column").orderBy(F.desc("count"), F.desc("token"))
-    counts = counts.withColumn("rank", F.row_number().over(order))
-    limits = [x for c, s in specs.items() if s.argument("max_tokens") is not None
-              for x in (F.lit(c), F.lit(s.argument("max_tokens") - s.token_start
-                                        + len(s.special)))]
-    if not limits:
-        return counts
-    limit = F.create_map(*limits)[F.col("column")]
-    return counts.where(limit.isNull() | (F.col("rank") <= limit))
+    limits = {c: s.argument("max_tokens") - s.token_start + len(s.special)
+              for c, s in specs.items() if s.argument("max_tokens") is not None}
+    if limits:
+        with checks.executor_python(sessions.Session(counts.sparkSession)):
+            counts = counts.mapInArrow(_first_of_each_column(limits), counts.schema)
+    ranked = []
+    by_column: dict = {}
+    for row in counts.collect():
+        by_column.setdefault(row["column"], []).append(row)
+    for column, rows in by_column.items():
+        rows.sort(key=lambda r: (r["count"], r["token"]), reverse=True)
+        rows = rows[:limits[column]] if column in limits else rows
+        ranked += [{**r.asDict(), "rank": i + 1} for i, r in enumerate(rows)]
+    return ranked
+
+
+def _first_of_each_column(limits: dict):
+    """A ``mapInArrow`` function: a partition's rows of each column in ``limits``, ordered
+    as Keras orders a vocabulary, cut to the column's limit; other columns' rows kept."""
+    def first(batches):
+        import pyarrow as pa
+
+        batches = list(batches)
+        if not batches:
+            return
+        table = pa.Table.from_batches(batches).sort_by(
+            [("column", "ascending"), ("count", "descending"), ("token", "descending")])
+        columns = table.column("column").to_pylist()
+        keep, seen = [], {}
+        for i, column in enumerate(columns):
+            seen[column] = seen.get(column, 0) + 1
+            if column not in limits or seen[column] <= limits[column]:
+                keep.append(i)
+        yield from table.take(pa.array(keep, pa.int64())).to_batches()
+
+    return first
 
 
 def _vocabulary(column: str, spec: _Lookup, counted: list, documents: int | None) -> dict:
