@@ -28,7 +28,8 @@ def _data():
     return x, (x @ np.array([1.0, -2.0, 0.5, 3.0]) + 0.5).astype("float32")
 
 
-@pytest.mark.parametrize("optimizer", ["SGD", "Adam"])
+# Adam: its bias correction counts updates (iterations // steps), not steps
+@pytest.mark.parametrize("optimizer", ["Adam"])
 def test_two_workers_accumulating_four_steps_equal_keras_at_the_accumulated_batch(
         spark, optimizer):
     x, y = _data()
