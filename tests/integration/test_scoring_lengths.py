@@ -47,8 +47,23 @@ def _alone(serve, rows, name="tokens"):
             for r in rows]
 
 
-def test_a_fitted_masked_model_is_padded_and_scores_each_row_as_alone(spark, caplog):
+def _each_row_scores_as_alone(model, df, rows, what):
+    """``transform`` over 1 and 3 partitions, batchSize 4096 and 7: every row's score is
+    the SavedModel's on the row alone (1e-5)."""
     import tensorflow as tf
+
+    serve = tf.saved_model.load(model.getModelPath()).signatures["serving_default"]
+    alone = _alone(serve, [r[1] for r in rows])
+    for partitions, batch_size in ((1, 4096), (3, 7)):
+        scored = {r.id: r.prediction for r in model.setBatchSize(batch_size)
+                  .transform(df.repartition(partitions)).collect()}
+        gap = np.abs(np.array([scored[i] for i in range(len(rows))]) - alone).max()
+        print(f"{what}, {partitions} partition(s), batchSize={batch_size}: "
+              f"largest difference from the row alone {gap:.2e}")
+        assert gap < 1e-5
+
+
+def test_a_fitted_masked_model_is_padded_and_scores_each_row_as_alone(spark, caplog):
 
     rows = _token_rows(300, 40)
     df = spark.createDataFrame(rows, "id long, tokens array<int>, label double")
@@ -56,36 +71,19 @@ def test_a_fitted_masked_model_is_padded_and_scores_each_row_as_alone(spark, cap
                         batchSize=64, verbose=0).fit(df)
     assert saved_models.padding_values(model.getModelPath()) == {"tokens": 0}
     assert model._score_spec(df.schema).padding == (("tokens", 0),)
-    serve = tf.saved_model.load(model.getModelPath()).signatures["serving_default"]
-    alone = _alone(serve, [r[1] for r in rows])
     with caplog.at_level(logging.WARNING, logger="sparktf"):
-        for partitions, batch_size in ((1, 4096), (3, 7)):
-            scored = {r.id: r.prediction for r in model.setBatchSize(batch_size)
-                      .transform(df.repartition(partitions)).collect()}
-            gap = np.abs(np.array([scored[i] for i in range(len(rows))]) - alone).max()
-            print(f"masked GRU, {partitions} partition(s), batchSize={batch_size}: "
-                  f"largest difference from the row alone {gap:.2e}")
-            assert gap < 1e-5
+        _each_row_scores_as_alone(model, df, rows, "masked GRU")
     assert "model calls" not in caplog.text
 
 
 def test_a_fitted_backward_rnn_is_not_said_masked_and_scores_each_row_as_alone(spark):
-    import tensorflow as tf
 
     rows = _token_rows(120, 30, seed=1)
     df = spark.createDataFrame(rows, "id long, tokens array<int>, label double")
     model = TFEstimator(modelFn=backward_lstm, inputCols=["tokens"], numWorkers=2, epochs=1,
                         batchSize=32, verbose=0).fit(df)
     assert saved_models.padding_values(model.getModelPath()) == {}
-    serve = tf.saved_model.load(model.getModelPath()).signatures["serving_default"]
-    alone = _alone(serve, [r[1] for r in rows])
-    for partitions, batch_size in ((1, 4096), (3, 7)):
-        scored = {r.id: r.prediction for r in model.setBatchSize(batch_size)
-                  .transform(df.repartition(partitions)).collect()}
-        gap = np.abs(np.array([scored[i] for i in range(len(rows))]) - alone).max()
-        print(f"backward LSTM, {partitions} partition(s), batchSize={batch_size}: "
-              f"largest difference from the row alone {gap:.2e}")
-        assert gap < 1e-5
+    _each_row_scores_as_alone(model, df, rows, "backward LSTM")
 
 
 def test_an_unmasked_model_is_called_by_length_and_the_driver_says_padLength_once(
