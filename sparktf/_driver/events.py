@@ -9,6 +9,7 @@ import threading
 import time
 from typing import Callable
 
+from sparktf._driver import stragglers
 from sparktf._protocol.watchdog import Watchdog
 
 logger = logging.getLogger("sparktf")
@@ -61,6 +62,10 @@ class EventCollector:
                                event.get("line", ""))
         elif kind == "phase":
             log_phase(int(rank), str(event.get("name")), float(event.get("t", 0)))
+        elif kind == "workers":  # the chief's figures of every worker for an epoch
+            stragglers.report(event, self.label)
+            if self._on_event is not None:
+                self._on_event(event)
         elif kind == "serving":
             logger.info("sparktf: rank %s (%s) is serving for the chief", rank,
                         event.get("role", "?"))

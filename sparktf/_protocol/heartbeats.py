@@ -32,15 +32,16 @@ class Heartbeat:
         self._last = 0.0
 
     def __call__(self, where: str, epoch: int, step: int | None = None,
-                 force: bool = True, progress=None) -> None:
+                 force: bool = True, progress=None, **figures) -> None:
         """``progress()`` (chief only, called only when a heartbeat goes out) returns the
-        step-level figures: ``steps``, ``rows`` and, when known, ``loss``."""
+        step-level figures: ``steps``, ``rows`` and, when known, ``loss``; ``figures``
+        go with the heartbeat as they are (a worker's own and waited seconds)."""
         now = time.monotonic()
         if force or now - self._last >= self.interval_s:
             self._last = now
             extra = progress() if progress is not None and self.chief else {}
             self.ctx.emit("heartbeat", role=self.role, where=where, epoch=epoch, step=step,
-                          **extra)
+                          **extra, **figures)
 
     @contextlib.contextmanager
     def during(self, where: str, epoch: int):
@@ -75,3 +76,10 @@ def report_epoch(ctx, epoch: int, epochs: int, logs: dict, rows: int, seconds: f
     if ctx.isChief:
         ctx.emit("epoch", epoch=epoch, epochs=epochs, logs=logs, rows=rows, seconds=seconds,
                  rows_per_s=rows / seconds if seconds else 0.0)
+
+
+def report_workers(ctx, figures: dict) -> None:
+    """The chief sends every worker's own and waited seconds of an epoch (``figures``:
+    ``step_times.epoch_figures``): the driver names a straggler."""
+    if ctx.isChief:
+        ctx.emit("workers", **figures)

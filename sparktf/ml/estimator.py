@@ -335,8 +335,20 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
             if self.isSet(param):
                 model._set(**{param: self.getOrDefault(param)})
         model._set(history=history, inputMapping=chief["input_mapping"],
-                   predictionKind=chief["prediction_kind"], fromLogits=chief["from_logits"])
+                   predictionKind=chief["prediction_kind"], fromLogits=chief["from_logits"],
+                   workerTimes=worker_times(chief.get("workers") or []))
         return model
+
+
+def worker_times(epochs: list[dict]) -> dict:
+    """The chief's per-epoch figures of every worker (``step_times.epoch_figures``, with
+    ``executors``) as ``TFModel.getWorkerTimes`` has them: a list per key, by epoch."""
+    if not epochs:
+        return {}
+    times = {key: [e[key] for e in epochs]
+             for key in ("epoch", "own_seconds", "wait_seconds", "steps")}
+    times["executors"] = list(epochs[-1].get("executors") or [])  # the last attempt's
+    return times
 
 
 def held_out(columns, seed: int, fraction: float):

@@ -271,6 +271,10 @@ class _TFModelParams(_TFSharedParams):
                               TypeConverters.toString)
     history: Param = new_param("history", "per-epoch training metrics of a model sparktf "
                             "trained", str_dict("history"))
+    workerTimes: Param = new_param(
+        "workerTimes", "each worker's own seconds and its seconds waiting for the others in "
+        "the gradient all-reduce, per epoch of a model sparktf trained on several workers",
+        str_dict("workerTimes"))
     predictionKind: Param = new_param("predictionKind", "how the output becomes predictionCol: "
                                    "'regression', 'binary', 'multiclass' or 'auto' (multiclass "
                                    "when the output has more than one value per row)",
@@ -288,7 +292,7 @@ class _TFModelParams(_TFSharedParams):
         self._setDefault(featuresCol="features", predictionCol="prediction",
                          probabilityCol="probability", rawPredictionCol="rawPrediction",
                          batchSize=4096, useGpu="auto", signature="serving_default",
-                         inputMapping={}, outputMapping={}, history={},
+                         inputMapping={}, outputMapping={}, history={}, workerTimes={},
                          predictionKind="auto", fromLogits=False)
 
     def getModelPath(self) -> str:
@@ -312,6 +316,17 @@ class _TFModelParams(_TFSharedParams):
     def getHistory(self) -> dict:
         """Per-epoch training metrics, e.g. ``{"loss": [...], "accuracy": [...]}``."""
         return {k: list(v) for k, v in self.getOrDefault(self.history).items()}
+
+    def getWorkerTimes(self) -> dict:
+        """Where each worker's time went, epoch by epoch, in a fit on several workers
+        (all-reduce): ``epoch`` (1-based), ``own_seconds`` and ``wait_seconds`` (a list
+        by worker rank for each epoch: its own work, feeding, steps and callbacks, apart
+        from its wait for the others in the gradient all-reduce), ``steps`` and
+        ``executors`` (each rank's ``host:port``). Empty for one worker, parameter
+        servers and tf_keras models. The driver names a worker whose own time stands
+        out (see the README's "Stragglers")."""
+        return {k: (list(v) if isinstance(v, list) else v)
+                for k, v in self.getOrDefault(self.workerTimes).items()}
 
 
 def add_setters(cls):

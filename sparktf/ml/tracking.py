@@ -67,10 +67,21 @@ def log_fit(estimator, model) -> None:
         epochs = max((len(v) for v in history.values()), default=0)
         for epoch in range(epochs):
             mlflow.log_metrics(epoch_metrics(history, epoch), step=epoch + 1)
+        for epoch, metrics in worker_metrics(model.getWorkerTimes()):
+            mlflow.log_metrics(metrics, step=epoch)
         log_model(model)
     except Exception as e:  # tracking must never cost the user the trained model
         logger.warning("sparktf: could not log the fit to MLflow run %s (%s: %s); the fit "
                        "itself is unaffected", run_id, type(e).__name__, e)
+
+
+def worker_metrics(times: dict) -> list[tuple[int, dict[str, float]]]:
+    """``TFModel.getWorkerTimes`` as MLflow metrics by epoch (1-based):
+    ``worker_own_seconds/<rank>`` and ``worker_wait_seconds/<rank>``."""
+    return [(int(epoch), {f"worker_{key}/{rank}": float(seconds)
+                          for key in ("own_seconds", "wait_seconds")
+                          for rank, seconds in enumerate(times[key][i])})
+            for i, epoch in enumerate(times.get("epoch", []))]
 
 
 def epoch_metrics(history: dict, epoch: int) -> dict[str, float]:

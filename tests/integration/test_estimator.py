@@ -277,6 +277,20 @@ def test_tensorboard_event_files_hold_the_epoch_scalars(spark, tmp_path):
     assert len(steps) >= 6 and steps == list(range(4, 4 * len(steps) + 1, 4)), steps
     assert all(np.isfinite(v) for _, v in found["train"]["batch_loss"])
     assert "batch_loss" not in found["validation"]
+    # each worker's own and waited seconds an epoch (issue 54), as getWorkerTimes has them
+    files = glob.glob(os.path.join(fit_dir, "logs", "workers", "events.out.tfevents.*"))
+    assert len(files) == 1, files
+    workers: dict = {}
+    for event in tf.compat.v1.train.summary_iterator(files[0]):
+        for value in event.summary.value:
+            workers.setdefault(value.tag, []).append(
+                (event.step, float(tf.make_ndarray(value.tensor))))
+    times = model.getWorkerTimes()
+    for key in ("own_seconds", "wait_seconds"):
+        for rank in (0, 1):
+            assert workers[f"{key}/rank_{rank}"] == [
+                (epoch, pytest.approx(epoch_times[rank], rel=1e-6))
+                for epoch, epoch_times in zip(times["epoch"], times[key])]
 
 
 def test_tensorboard_server_shows_the_fits_until_stopped(spark, tmp_path, caplog):

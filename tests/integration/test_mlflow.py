@@ -52,6 +52,13 @@ def test_a_fit_in_a_run_logs_params_metrics_and_a_model_mlflow_serves(store, fra
         steps = client.get_metric_history(run.info.run_id, key)
         assert [m.step for m in steps] == [1, 2, 3], key
         assert [m.value for m in steps] == pytest.approx(values, rel=1e-9), key
+    times = model.getWorkerTimes()  # each worker's own and waited seconds (issue 54)
+    for key in ("own_seconds", "wait_seconds"):
+        for rank in (0, 1):
+            steps = client.get_metric_history(run.info.run_id, f"worker_{key}/{rank}")
+            assert [(m.step, m.value) for m in steps] == [
+                (e, pytest.approx(t[rank], rel=1e-9)) for e, t in zip(times["epoch"],
+                                                                      times[key])], key
     served = mlflow.pyfunc.load_model(f"runs:/{run.info.run_id}/model",
                                        dst_path=str(tmp_path))
     rows = frame.toPandas()

@@ -120,6 +120,8 @@ def test_dropout_early_stopping_keep_best_and_csv_resume_exactly_after_two_losse
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
     assert _rows(tmp_path / "run.csv") == _rows(tmp_path / "whole.csv")
     assert [r[0] for r in _rows(tmp_path / "run.csv")] == ["epoch", "0", "1", "2"]
+    # every epoch's worker times, the lost attempts' from the checkpoint (issue 54)
+    assert resumed.getWorkerTimes()["epoch"] == whole.getWorkerTimes()["epoch"] == [1, 2, 3]
 
 
 def broken(hparams):

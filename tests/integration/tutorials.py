@@ -8,6 +8,7 @@ does. ``test_porting.py`` and ``scripts/async_jobs.py`` run them through ``spark
 
 import json
 import os
+import time
 
 FEATURES, ROWS = 4, 64
 COEFFICIENTS = (1.0, -2.0, 0.5, 3.0)
@@ -58,7 +59,8 @@ def keras_fit(args, ctx):
     history = multi_worker_model.fit(multi_worker_dataset, epochs=args["epochs"],
                                      steps_per_epoch=args.get("steps", 2),
                                      validation_data=dataset(ROWS),
-                                     validation_steps=1, verbose=0)
+                                     validation_steps=1, verbose=0,
+                                     callbacks=slowed(args.get("slow"), ctx.rank))
     x, _ = make_data()
     evaluated = multi_worker_model.evaluate(dataset(ROWS), steps=1, verbose=0)
     predicted = multi_worker_model.predict(tf.data.Dataset.from_tensor_slices(x).batch(16),
@@ -66,6 +68,21 @@ def keras_fit(args, ctx):
     return {"history": history.history, "evaluate": evaluated, "workers": num_workers,
             "weights": [w.tolist() for w in multi_worker_model.get_weights()],
             "predict": sorted(float(v) for v in predicted.reshape(-1))}
+
+
+def slowed(slow, rank) -> list:
+    """``slow``: (rank, seconds) — a callback that works that long after each training
+    step on that rank (a straggler: a slow callback, disk or neighbour); else none."""
+    import keras
+
+    if not slow or rank != slow[0]:
+        return []
+
+    class Slow(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            time.sleep(slow[1])  # stands for work this worker does alone
+
+    return [Slow()]
 
 
 def keras_fit_alone(epochs, accumulate=None, steps=2, steps_per_execution=1):

@@ -37,7 +37,7 @@ from sparktf._protocol.wire import DONE_LINE, phase
 from sparktf.errors import InvalidInputError
 from sparktf.runtime import worker_tuning
 from sparktf.runtime.feed import arrival
-from sparktf.runtime.process import keras_fixes, spare
+from sparktf.runtime.process import keras_fixes, spare, step_times
 
 
 def _preimport() -> None:
@@ -68,6 +68,7 @@ def _run(payload_path: str) -> tuple[str, object]:
                 "ship it with SparkContext.addPyFile (spark-submit --py-files).",
                 name=e.name) from e
         keras_fixes.apply()  # Keras 3's own fit under MultiWorkerMirroredStrategy
+        step_times.use_context(ctx)  # and its steps timed (the straggler named)
         return "ok", main_fn(args, ctx)
     except BaseException as e:  # everything, including SystemExit from user code
         # the user's data at fault (a column its model input cannot take): the driver

@@ -46,6 +46,8 @@ class TaskContext:
         The task's ``CUDA_VISIBLE_DEVICES`` (empty: CPU only).
     assignedGpus : tuple of str
         The GPU addresses Spark assigned the task (``TaskContext.resources()``).
+    executors : tuple of str
+        The executor (``host:port``) each task runs on, by rank.
     feedSpec : dict
         Column -> ``ColumnInfo`` of the input rows over every task (the same on every
         task, including those that received no rows): ``dtype`` (numpy dtype name of the
@@ -62,6 +64,7 @@ class TaskContext:
     modelDir: str | None = None
     gpus: str = ""  # this task's CUDA_VISIBLE_DEVICES ("" hides every GPU)
     assignedGpus: tuple = ()  # the GPU addresses Spark's scheduler gave the task
+    executors: tuple = ()  # every task's executor (its ``host:port``), by rank
     # the rows: an ``arrival.Share``, or an ``arrival.Pending`` one while they arrive
     share: arrival.Share | arrival.Pending = dataclasses.field(default_factory=arrival.Share)
 

@@ -30,10 +30,12 @@ Keras 3 (checked on ``CHECKED``) fails any ``fit``, ``evaluate`` or ``predict`` 
    path for an iterator that is not a dataset's, with the same numbers.
 
 Everything else keeps Keras's own code: other strategies, ``reduction`` other than the
-mean. ``apply()`` does nothing on Keras 2 (``tf_keras``, which has neither path) or where
-Keras has changed these functions (their names or parameters):
-``tests/integration/test_porting.py`` runs the failing program after ``undo()`` and fails
-once a Keras release fixes it upstream, saying to remove this module.
+mean. ``fit`` itself only gains a callback of sparktf's in its tasks, which times each
+worker's steps (``step_times``: the straggler named). ``apply()`` does nothing on Keras 2
+(``tf_keras``, which has neither path) or where Keras has changed these functions (their
+names or parameters): ``tests/integration/test_porting.py`` runs the failing program
+after ``undo()`` and fails once a Keras release fixes it upstream, saying to remove this
+module.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from __future__ import annotations
 import inspect
 import os
 
-from sparktf.runtime.process import accumulation
+from sparktf.runtime.process import accumulation, step_times
 
 CHECKED = ("3.14.0", "3.15.1")
 
@@ -69,6 +71,9 @@ def apply() -> bool:
     trainer.TensorFlowTrainer._maybe_symbolic_build = _symbolic_build_from_local(build,
                                                                                  multi_worker)
     trainer.reduce_per_replica = _mean_across_replicas(reduce, multi_worker)
+    fit = getattr(trainer.TensorFlowTrainer, "fit", None)
+    if fit is not None and "callbacks" in inspect.signature(fit).parameters:
+        trainer.TensorFlowTrainer.fit = _with_step_times(fit, multi_worker)
     for kind in ("train", "test"):
         make = getattr(trainer.TensorFlowTrainer, f"make_{kind}_function", None)
         if make is not None and list(inspect.signature(make).parameters) == ["self", "force"]:
@@ -89,6 +94,9 @@ def undo(build: bool = True, reduce: bool = True, steps: bool = True) -> None:
         setattr(trainer.TensorFlowTrainer, f"make_{kind}_function",
                 getattr(fixed, "__wrapped__", fixed))
 
+    if steps:
+        fixed = trainer.TensorFlowTrainer.fit
+        trainer.TensorFlowTrainer.fit = getattr(fixed, "__wrapped__", fixed)
     if build:
         fixed = trainer.TensorFlowTrainer._maybe_symbolic_build
         trainer.TensorFlowTrainer._maybe_symbolic_build = getattr(fixed, "__wrapped__", fixed)
@@ -182,6 +190,30 @@ def _steps_in_python(original, multi_worker, kind: str):
 
     make_function.__wrapped__ = original
     return make_function
+
+
+def _with_step_times(original, multi_worker):
+    """``fit`` that, in a sparktf task under ``MultiWorkerMirroredStrategy`` on several
+    workers, times each worker's own work apart from its wait in the gradient all-reduce
+    (``step_times``) and has the chief report every worker's figures after each epoch:
+    the driver names a straggler. Keras's own ``fit`` otherwise, its history unchanged."""
+    signature = inspect.signature(original)
+
+    def fit(self, *args, **kwargs):
+        strategy = getattr(self, "_distribute_strategy", None)
+        ctx = step_times.task_context()
+        bound = signature.bind(self, *args, **kwargs)
+        callbacks = bound.arguments.get("callbacks")
+        if (ctx is None or strategy is None or not multi_worker(strategy)
+                or ctx.numWorkers < 2 or hasattr(callbacks, "on_train_batch_end")
+                or not step_times.timeable(getattr(self, "optimizer", None))):
+            return original(self, *args, **kwargs)  # (a CallbackList of the user's: as is)
+        bound.arguments["callbacks"] = [*(callbacks or []),
+                                        step_times.reporter(self, strategy, ctx)]
+        return original(*bound.args, **bound.kwargs)
+
+    fit.__wrapped__ = original
+    return fit
 
 
 class _one_step_a_call:

@@ -172,13 +172,15 @@ def _form_cluster(spec, barrier, rank, role, devices, assigned, exchange: _Excha
 
     Also returns whether every task reached the driver's event channel (``connected``
     for this one; then the exit barrier goes through it)."""
-    host = barrier.getTaskInfos()[rank].address.rsplit(":", 1)[0]
+    executors = tuple(info.address for info in barrier.getTaskInfos())
+    host = executors[rank].rsplit(":", 1)[0]
     mine = {"address": f"{host}:{cluster.pick_port()}", "channel": connected}
     gathered = [json.loads(g) for g in exchange.all_gather(json.dumps(mine), "addresses")]
     spec_dict = cluster.build_cluster_spec(spec.roles, [g["address"] for g in gathered])
     ctx = TaskContext(jobName=role.job_name, taskIndex=role.task_index, rank=rank,
                       clusterSpec=spec_dict, numWorkers=spec.num_workers, numPs=spec.num_ps,
                       modelDir=spec.model_dir, gpus=devices, assignedGpus=tuple(assigned),
+                      executors=executors,
                       share=(arrival.Pending(intake.path, intake.columns) if intake
                              else arrival.Share()))
     return ctx, all(g["channel"] for g in gathered)

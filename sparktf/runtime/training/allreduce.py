@@ -4,8 +4,11 @@ that the step equals one over the global batch."""
 
 from __future__ import annotations
 
+from contextlib import nullcontext as _nothing
+
 import numpy as np
 
+from sparktf.runtime.process import step_times
 from sparktf.runtime.training import export, keras_steps, loop, tf_keras
 from sparktf.runtime.training.spec import StepPlan, TrainSpec
 
@@ -27,11 +30,13 @@ def train(spec: TrainSpec, ctx) -> dict | None:
             StepPlan.of(ctx.allNumRows[:workers], ctx.rank, spec.batch_size),
             StepPlan.of(ctx.allValidationRows[:workers], ctx.rank, spec.batch_size)
             if spec.validates_in_loop else None)
+        workers = None
     else:
-        history = _EpochLoop(spec, ctx, strategy, model, bound).fit(first_epoch, history,
-                                                                 state)
+        runner = _EpochLoop(spec, ctx, strategy, model, bound)
+        history = runner.fit(first_epoch, history, state)
+        workers = runner.worker_times
     ctx.phase("trained")
-    return export.chief_result(model, spec, ctx, history, bound)
+    return export.chief_result(model, spec, ctx, history, bound, workers)
 
 
 class _EpochLoop(loop.EpochRunner):
@@ -52,6 +57,11 @@ class _EpochLoop(loop.EpochRunner):
         self.per_worker += list(getattr(model.optimizer, "_accumulated_gradients", None)
                                 or [])
         self._same_state = None
+        # each worker's own time apart from its wait in the all-reduce (before the step
+        # is traced: the timing is part of it)
+        self.times = (step_times.StepTimes(model.optimizer) if ctx.numWorkers > 1
+                      else None)
+        self._figures = None
         self.shares = self.plan.shares
         # batch logs are averaged over the workers (a collective) only when a callback
         # or the step summaries read them; each epoch's last step always is (custom logs)
@@ -69,6 +79,9 @@ class _EpochLoop(loop.EpochRunner):
     def train_epoch(self, epoch: int) -> dict[str, float]:
         logs: dict = {}
         hooks = self.batch_logs
+        done = 0  # steps trained
+        if self.times is not None:
+            self.times.start()
         for step, data in enumerate(self.spec.batches(self.ctx.shard, self.plan.sizes,
                                                       self.bound, epoch,
                                                       self.ctx.feedSpec, stand_in=True)):
@@ -78,20 +91,34 @@ class _EpochLoop(loop.EpochRunner):
                 self.callbacks.on_train_batch_begin(step)
             logs = self.steps_fn.train(data, self.shares[step],
                                        reduce=hooks or step == self.steps - 1)
+            done = step + 1
             if step == 0 and epoch == 0:
                 self.ctx.phase("first step")
             if hooks:
                 self.callbacks.on_train_batch_end(step, logs)
                 self.summaries.write_step(epoch * self.steps + step + 1, logs.get("loss"))
-                if self.steps_fn.any_worker(self.model.stop_training):
+                with self.times.waiting() if self.times is not None else _nothing():
+                    stop = self.steps_fn.any_worker(self.model.stop_training)
+                if stop:
                     self.model.stop_training = True
                     break
         self.rows_trained = self.plan.total_rows
+        self._figures = (self.times.stop(), done) if self.times is not None else None
         self.same_state()  # before validation, the callbacks and the checkpoint
         return self.steps_fn.epoch_logs(logs)
 
     def validate(self) -> dict[str, float]:
         return self.validation.run(self.validation_step)
+
+    def epoch_workers(self) -> dict | None:
+        measured, steps = self._figures or (None, 0)
+        if measured is None:
+            return None
+        self.beat("callbacks", self.epoch + 1, own_s=measured[0], wait_s=measured[1])
+        own, waited = step_times.gather(self.strategy, self.ctx.rank, self.ctx.numWorkers,
+                                        *measured)
+        return step_times.epoch_figures(self.epoch + 1, own, waited, steps,
+                                        self.ctx.executors)
 
     def same_state(self) -> None:
         """Every worker's non-trainable state made one at the epoch's end: each worker's

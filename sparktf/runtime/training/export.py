@@ -24,8 +24,9 @@ from sparktf.runtime.training.spec import (
 
 
 def chief_result(model, spec: TrainSpec, ctx, history: dict,
-                 bound: binding.Bindings) -> dict | None:
-    """Exports the trained model; the chief's answer to the driver (None elsewhere)."""
+                 bound: binding.Bindings, workers: list | None = None) -> dict | None:
+    """Exports the trained model; the chief's answer to the driver (None elsewhere):
+    ``workers`` is every worker's own and waited seconds by epoch (``step_times``)."""
     with heartbeats.Heartbeat(ctx).during("exporting", spec.epochs):
         inputs = _named_specs(bound.x_template(shards.empty_batch(spec.columns, ctx.feedSpec)),
                               [b.name for b in bound.inputs])
@@ -36,7 +37,7 @@ def chief_result(model, spec: TrainSpec, ctx, history: dict,
     kind, from_logits = keras_steps.prediction_kind(model)
     return {"history": history, "export_dir": exported, "rows": int(sum(ctx.allNumRows)),
             "input_mapping": _signature_mapping(signature_inputs, bound),
-            "prediction_kind": kind, "from_logits": from_logits}
+            "prediction_kind": kind, "from_logits": from_logits, "workers": workers or []}
 
 
 def _named_specs(x, names: list[str]):

@@ -87,6 +87,9 @@ class EpochRunner:
                                        steps)
         self.rows_trained = 0  # in the last epoch, over all workers
         self.epoch = 0  # the epoch running (0-based)
+        # every worker's own and waited seconds in each epoch's training steps, where
+        # measured (``step_times.epoch_figures``), this run's and a resumed one's
+        self.worker_times: list[dict] = []
         self.best = None
         if spec.keep_best:
             self.best = best.keep_best(spec.keep_best, spec.keep_best_mode)
@@ -99,6 +102,11 @@ class EpochRunner:
 
     def validates(self) -> bool:
         return False
+
+    def epoch_workers(self) -> dict | None:
+        """Every worker's own and waited seconds in the epoch just trained
+        (``step_times.epoch_figures``), where the strategy's steps are timed."""
+        return None
 
     def validate(self) -> dict[str, float]:
         return {}
@@ -134,6 +142,11 @@ class EpochRunner:
             self.model.reset_metrics()
             self.callbacks.on_epoch_begin(epoch)
             logs = self.train_epoch(epoch)
+            workers = self.epoch_workers()
+            if workers is not None:
+                self.worker_times.append(workers)
+                self.summaries.write_workers(epoch + 1, workers)
+                heartbeats.report_workers(self.ctx, workers)
             if self.validates():
                 self.beat("validation", epoch + 1)
                 logs.update(self.validate())
@@ -166,11 +179,13 @@ class EpochRunner:
         """The run's state after an epoch, beyond the variables (``run_state``)."""
         return {"seeds": run_state.seeds(self.model), "stopped": stopped,
                 "callbacks": run_state.callbacks_state(self.stateful, self.initial),
-                "best": self.best.state() if self.best is not None else None}
+                "best": self.best.state() if self.best is not None else None,
+                "workers": self.worker_times}
 
     def _carry_on(self, state: dict) -> None:
         """The resumed checkpoint's callbacks and best epoch, as the lost attempt left them."""
         run_state.restore_callbacks(self.stateful, state.get("callbacks"))
+        self.worker_times = list(state.get("workers") or [])
         kept = state.get("best")
         if self.best is not None and kept:
             self.best.resume(kept, _weights_at(self.model, self.spec, kept["epoch"], state))

@@ -70,6 +70,21 @@ class EpochSummaries:
         if self._local:
             storage.put_dir(self._local, self._target)
 
+    def write_workers(self, epoch: int, figures: dict) -> None:
+        """Each worker's own and waited seconds of ``epoch`` (``step_times``) under
+        ``logs/workers``: ``own_seconds/rank_<i>`` and ``wait_seconds/rank_<i>``."""
+        if not self._writers:
+            return
+        if "workers" not in self._writers:
+            import tensorflow as tf
+
+            self._writers["workers"] = tf.summary.create_file_writer(
+                os.path.join(self._local or storage.local_path(self._target), "workers"))
+        for key in ("own_seconds", "wait_seconds"):
+            for rank, seconds in enumerate(figures[key]):
+                self._scalar("workers", f"{key}/rank_{rank}", epoch, float(seconds))
+        self._writers["workers"].flush()
+
     def write_step(self, step: int, loss) -> None:
         """Records the training loss at global ``step`` (1-based) if it is one to log."""
         if loss is not None and self._writers and self._every and step % self._every == 0:

@@ -1,0 +1,189 @@
+"""Where each worker's time in a synchronous epoch goes: its own work apart from its wait
+for the others in the gradient all-reduce, so that the driver can name a straggler.
+
+Every step of ``MultiWorkerMirroredStrategy`` ends with the gradients' all-reduce, which
+no worker leaves before the last one has entered it: a worker that feeds, computes or
+runs callbacks slower than the others makes every other worker wait there, each step.
+``StepTimes`` measures, inside the traced step, the time from the moment this worker's
+gradients are ready to the moment the all-reduce returns them summed (``tf.timestamp``
+on either side of Keras's ``_all_reduce_sum_gradients``, ordered by control
+dependencies), and adds it to a counter of this worker's own (not the strategy's). An
+epoch's wall time over its training steps, less that wait, is the worker's own time:
+feeding, the step's computation and the callbacks. The straggler is the worker with
+the most own time (it waits least); the others' waits are what it costs them.
+
+``gather`` puts every worker's figures together on every worker (one small all-reduce
+an epoch, not a step). A Keras without ``_all_reduce_sum_gradients`` on its optimizer
+is not timed (``StepTimes.timed`` is False): the fit goes on, nothing is reported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import numpy as np
+
+_MARK = "_sparktf_waited"  # the optimizer's counter, once it is timed
+
+
+def _target(optimizer):
+    """The optimizer that all-reduces the gradients (a LossScaleOptimizer's inner one)."""
+    return getattr(optimizer, "inner_optimizer", None) or optimizer
+
+
+def timeable(optimizer) -> bool:
+    return hasattr(_target(optimizer), "_all_reduce_sum_gradients")
+
+
+class StepTimes:
+    """This worker's own time and its wait in the gradient all-reduce, epoch by epoch.
+
+    Made before the training step is traced (the timing is part of the trace); the same
+    optimizer keeps one counter however often it is made."""
+
+    def __init__(self, optimizer):
+        self.timed = timeable(optimizer)
+        self.waited = _counter(_target(optimizer)) if self.timed else None
+        self._began = None
+        self._other_waits = 0.0  # in collectives called from Python (``waiting``)
+
+    def start(self) -> None:
+        """The epoch's training steps begin."""
+        self._began = (time.perf_counter(), self._read())
+
+    @contextlib.contextmanager
+    def waiting(self):
+        """Within: a collective called from Python between steps (whether any worker
+        stops), all of it a wait for the others."""
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._other_waits += time.perf_counter() - began
+
+    def stop(self) -> tuple[float, float] | None:
+        """The epoch's training steps are done: (own seconds, waited seconds) since
+        ``start``, or None if not timed or not started."""
+        if not self.timed or self._began is None:
+            return None
+        wall = time.perf_counter() - self._began[0]
+        waited = max(self._read() - self._began[1], 0.0)
+        self._began = None
+        return max(wall - waited, 0.0), waited
+
+    def _read(self) -> float:
+        return (float(self.waited.numpy()) if self.timed else 0.0) + self._other_waits
+
+
+def _counter(optimizer):
+    """The optimizer's wait counter, made (and its all-reduce timed) the first time."""
+    waited = vars(optimizer).get(_MARK)
+    if waited is not None:
+        return waited
+    import tensorflow as tf
+    from tensorflow.python.ops import resource_variable_ops
+
+    with tf.init_scope():
+        # a plain variable of this worker's: not one the strategy mirrors or syncs (its
+        # scope may be entered), and not tracked by the optimizer (nor checkpointed)
+        waited = resource_variable_ops.ResourceVariable(
+            np.float64(0.0), trainable=False, name="sparktf_all_reduce_wait")
+    original = optimizer._all_reduce_sum_gradients
+
+    def all_reduce(grads_and_vars):
+        grads_and_vars = list(grads_and_vars)
+        ready = [t for g, _ in grads_and_vars if g is not None
+                 for t in tf.nest.flatten(g, expand_composites=True)]
+        with tf.control_dependencies(ready):
+            began = tf.timestamp()
+        with tf.control_dependencies([began]):  # the all-reduce starts after ``began``
+            grads_and_vars = [(g if g is None else tf.identity(g), v)
+                              for g, v in grads_and_vars]
+        reduced = original(grads_and_vars)
+        done = [t for g, _ in reduced if g is not None
+                for t in tf.nest.flatten(g, expand_composites=True)]
+        with tf.control_dependencies(done):
+            waited.assign_add(tf.timestamp() - began)
+        return reduced
+
+    vars(optimizer)["_all_reduce_sum_gradients"] = all_reduce  # not Keras's tracking
+    vars(optimizer)[_MARK] = waited
+    return waited
+
+
+def gather(strategy, index: int, workers: int, own: float, waited: float):
+    """Every worker's (own, waited) seconds, by worker index, on every worker: an
+    all-reduce of each worker's figures placed at its index. Every worker calls it."""
+    import tensorflow as tf
+
+    function = _gatherers.get(id(strategy))
+    if function is None:
+        @tf.function(autograph=False)
+        def function(placed):
+            return strategy.reduce("SUM", strategy.run(tf.identity, args=(placed,)),
+                                   axis=None)
+        _gatherers[id(strategy)] = function
+    placed = np.zeros((2, workers), np.float64)
+    placed[:, index] = own, waited
+    total = function(placed).numpy()
+    return [float(x) for x in total[0]], [float(x) for x in total[1]]
+
+
+_gatherers: dict = {}
+_context = None  # the task's ctx, in a sparktf task process
+
+
+def use_context(ctx) -> None:
+    """This process runs ``ctx``'s task: Keras's ``fit`` in it reports step times."""
+    global _context
+    _context = ctx
+
+
+def task_context():
+    return _context
+
+
+def reporter(model, strategy, ctx):
+    """A Keras callback for ``fit`` under ``strategy``: times each epoch's training steps
+    (``StepTimes``, made now, before the step is traced), gathers every worker's figures
+    after the epoch and has the chief send them to the driver. The fit's logs and
+    history are left as Keras makes them."""
+    import keras
+
+    from sparktf._protocol import heartbeats
+
+    times = StepTimes(model.optimizer)
+    beat = heartbeats.Heartbeat(ctx)
+
+    class SparktfStepTimes(keras.callbacks.Callback):
+        measured = None
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self.measured = None
+            times.start()
+
+        def on_test_begin(self, logs=None):  # the fit's validation: training is done
+            if self.measured is None:
+                self.measured = times.stop()
+
+        def on_epoch_end(self, epoch, logs=None):
+            measured = self.measured or times.stop()
+            if measured is None:
+                return
+            beat("callbacks", epoch + 1, own_s=measured[0], wait_s=measured[1])
+            own, waited = gather(strategy, ctx.rank, ctx.numWorkers, *measured)
+            heartbeats.report_workers(ctx, epoch_figures(
+                epoch + 1, own, waited, int((self.params or {}).get("steps") or 0),
+                ctx.executors))
+
+    return SparktfStepTimes()
+
+
+def epoch_figures(epoch: int, own: list[float], waited: list[float], steps: int,
+                  executors=()) -> dict:
+    """One epoch's (1-based) figures as they are reported and kept: by worker index, with
+    each worker's executor (``host:port``) where known."""
+    return {"epoch": int(epoch), "own_seconds": [round(x, 6) for x in own],
+            "wait_seconds": [round(x, 6) for x in waited], "steps": int(steps),
+            "executors": list(executors)[:len(own)]}

@@ -1,0 +1,101 @@
+"""The straggler, named (issue 54): each worker's own time (feeding, steps, callbacks)
+apart from its wait for the others in the gradient all-reduce, gathered after each epoch;
+the driver names a worker whose own time stands out, once an epoch, and is silent for a
+balanced fit. On ``TFEstimator.fit`` (sparktf's loop) and ``sparktf.run``'s Keras 3
+``fit`` (Keras's loop), on real executors."""
+
+import logging
+import os
+
+import numpy as np
+import pytest
+
+import sparktf
+from sparktf.ml import TFEstimator
+from tests.integration import tutorials
+
+ROWS, BATCH, EPOCHS, SLOW_S = 256, 32, 2, 0.1  # 8 steps an epoch: 0.8 s slower
+
+
+def _model(hparams):
+    import keras
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"),
+                              keras.layers.Dense(1)])
+    model.compile(keras.optimizers.SGD(0.05), "mse")
+    return model
+
+
+def _callbacks(slow_rank):
+    import keras
+
+    class Slow(keras.callbacks.Callback):
+        """Works SLOW_S alone after each training step on one worker."""
+
+        def on_train_batch_end(self, batch, logs=None):
+            import json
+            import time
+
+            if json.loads(os.environ["TF_CONFIG"])["task"]["index"] == slow_rank:
+                time.sleep(SLOW_S)  # stands for a slow callback, disk or neighbour
+
+    return [Slow()] if slow_rank is not None else []
+
+
+def _named(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if r.name == "sparktf" and "straggler" in r.getMessage()]
+
+
+@pytest.fixture
+def frame(spark):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(ROWS, 4)).astype("float32")
+    y = x @ np.array([1.0, -2.0, 0.5, 3.0], np.float32)
+    return spark.createDataFrame([(x[i].tolist(), float(y[i])) for i in range(ROWS)],
+                                 "features array<float>, label float").repartition(2)
+
+
+@pytest.mark.parametrize("slow_rank", [1, None])
+def test_tfestimator_names_the_slowed_rank_and_is_silent_when_balanced(frame, caplog,
+                                                                       slow_rank):
+    caplog.set_level(logging.INFO, logger="sparktf")
+    fitted = TFEstimator(modelFn=_model, numWorkers=2, batchSize=BATCH, epochs=EPOCHS,
+                         callbacks=_callbacks(slow_rank), verbose=0).fit(frame)
+    times = fitted.getWorkerTimes()
+    named = _named(caplog)
+    print(times, *named, sep="\n")
+    assert times["epoch"] == list(range(1, EPOCHS + 1))
+    assert times["steps"] == [ROWS // BATCH] * EPOCHS
+    assert len(times["executors"]) == 2 and all(":" in e for e in times["executors"])
+    own, waited = np.array(times["own_seconds"]), np.array(times["wait_seconds"])
+    assert own.shape == waited.shape == (EPOCHS, 2) and (own > 0).all() and (waited >= 0).all()
+    if slow_rank is None:
+        assert named == []
+        return
+    steps_slept = SLOW_S * (ROWS // BATCH)
+    # the slowed worker's own time holds its sleeps; the other waited them out
+    assert (own[:, 1] - own[:, 0] > 0.8 * steps_slept).all(), own
+    assert (waited[:, 0] > 0.8 * steps_slept).all() and (waited[:, 1] < waited[:, 0]).all()
+    assert len(named) == EPOCHS  # once an epoch
+    for epoch, line in enumerate(named, 1):
+        assert f"epoch {epoch}: worker rank 1 on executor {times['executors'][1]}" in line
+
+
+@pytest.mark.parametrize("slow", [(1, 0.25), None])
+def test_sparktf_run_keras_fit_names_the_slowed_rank_and_keeps_keras_history(
+        spark, caplog, slow):
+    caplog.set_level(logging.INFO, logger="sparktf")
+    args = {"epochs": EPOCHS, "steps": 4, "slow": slow}
+    results = sparktf.run(spark, tutorials.keras_fit, args, numWorkers=2)
+    named = _named(caplog)
+    print(*named, sep="\n")
+    # Keras's own history, nothing of sparktf's added
+    assert set(results[0]["history"]) == {"loss", "mae", "val_loss", "val_mae"}
+    if slow is None:
+        assert named == []
+        return
+    assert len(named) == EPOCHS
+    for epoch, line in enumerate(named, 1):
+        assert f"epoch {epoch}: worker rank 1 on executor" in line
