@@ -54,7 +54,8 @@ test: java-check environments lint
 # The generated cases (Hypothesis) with the large budget: 1,000 column frames through the
 # runtime in one process (and 200 with a null), 600 Keras models against the padding
 # analysis, then 200 fits against Keras and 100 frames
-# through Spark on a local-cluster of 3 executors, in a pytest of their own.
+# through Spark on a local-cluster of 8 executors (fits of 8 workers among them), in a
+# pytest of their own.
 fuzz: java-check $(STAMP)
 	SPARKTF_FUZZ=1 $(BIN)/python -m pytest -p no:cacheprovider tests/unit/test_column_cases.py \
 		tests/unit/test_padding_cases.py

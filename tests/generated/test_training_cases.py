@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
 
 from sparktf.errors import InvalidInputError
 from sparktf.ml import TFEstimator
-from tests.generated.conftest import budget
+from tests.generated.conftest import EXECUTORS, FUZZ, budget
 from tests.integration import plan_oracle
 
 pytestmark = pytest.mark.timeout(3600)
@@ -195,4 +195,30 @@ def _check(spark, case):
 @example({"parts": [134, 133], "batch": 2, "regularizer": False, "add_loss": False,
           "weights": True, "two_outputs": False, "validation": None, "seed": 2})
 def test_any_fit_equals_keras_on_the_same_global_batches(spark, case):
+    _check(spark, case)
+
+
+@st.composite
+def many_workers(draw) -> dict:
+    """A fit on every executor (6 in make test, 8 in make fuzz): uneven partitions, one
+    of them empty or 10:1, batches that leave workers without a row in some steps."""
+    rows = draw(st.integers(EXECUTORS * 4, 400))
+    return {"parts": draw(partitions(rows, EXECUTORS)),
+            "batch": draw(st.integers(EXECUTORS, 64)),
+            "regularizer": draw(st.booleans()), "add_loss": draw(st.booleans()),
+            "weights": draw(st.booleans()), "two_outputs": draw(st.booleans()),
+            "validation": draw(st.sampled_from([None, "column"])),
+            "seed": draw(st.integers(0, 1000))}
+
+
+# make test: the example alone (one fit of 6 workers); make fuzz: 8 workers, drawn too
+@settings(max_examples=4, phases=list(Phase) if FUZZ else [Phase.explicit])
+@given(many_workers())
+@example({"parts": [40, 0, 25, 31, 12, 50, 33, 9][:EXECUTORS], "batch": 32,
+          "regularizer": True, "add_loss": False, "weights": True, "two_outputs": False,
+          "validation": "column", "seed": 7})
+def test_many_workers_fit_equals_keras_on_the_same_global_batches(spark, case):
+    """Issue 54: a fit on 6 (make test) or 8 (make fuzz) one-core executors trains exactly
+    Keras's fit over the step plan's global batches, as the 1-3 worker cases do."""
+    assert len(case["parts"]) == EXECUTORS
     _check(spark, case)

@@ -16,18 +16,24 @@ def test_a_vector_metric_is_logged_as_a_metric_per_element(tmp_path, monkeypatch
     logged_models = []
     monkeypatch.setattr(tracking, "log_model", logged_models.append)  # no SavedModel here
     history = {"loss": [0.5, 0.25], "f1_score": [[0.0, 0.5, 1.0], [0.25, 0.5, 0.75]]}
-    model = SimpleNamespace(getHistory=lambda: history)
+    times = {"epoch": [1, 2], "own_seconds": [[1.5, 3.0], [1.25, 2.5]],
+             "wait_seconds": [[1.5, 0.0], [1.25, 0.0]], "steps": [4, 4], "executors": []}
+    model = SimpleNamespace(getHistory=lambda: history, getWorkerTimes=lambda: times)
     try:
         with caplog.at_level(logging.WARNING, logger="sparktf"), mlflow.start_run() as run:
             tracking.log_fit(SimpleNamespace(extractParamMap=dict), model)
         client = mlflow.tracking.MlflowClient()
         found = {key: [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, key)]
-                 for key in ("loss", "f1_score/0", "f1_score/1", "f1_score/2")}
+                 for key in ("loss", "f1_score/0", "f1_score/1", "f1_score/2",
+                             "worker_own_seconds/1", "worker_wait_seconds/0")}
     finally:
         mlflow.set_tracking_uri(None)
     assert not caplog.records, [r.getMessage() for r in caplog.records]
     assert found == {"loss": [(1, 0.5), (2, 0.25)], "f1_score/0": [(1, 0.0), (2, 0.25)],
-                     "f1_score/1": [(1, 0.5), (2, 0.5)], "f1_score/2": [(1, 1.0), (2, 0.75)]}
+                     "f1_score/1": [(1, 0.5), (2, 0.5)], "f1_score/2": [(1, 1.0), (2, 0.75)],
+                     # each worker's own and waited seconds (issue 54), by epoch
+                     "worker_own_seconds/1": [(1, 3.0), (2, 2.5)],
+                     "worker_wait_seconds/0": [(1, 1.5), (2, 1.25)]}
     assert logged_models == [model]
 
 

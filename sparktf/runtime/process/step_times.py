@@ -24,6 +24,8 @@ import time
 
 import numpy as np
 
+from sparktf._protocol import heartbeats
+
 _MARK = "_sparktf_waited"  # the optimizer's counter, once it is timed
 
 
@@ -150,8 +152,6 @@ def reporter(model, strategy, ctx):
     after the epoch and has the chief send them to the driver. The fit's logs and
     history are left as Keras makes them."""
     import keras
-
-    from sparktf._protocol import heartbeats
 
     times = StepTimes(model.optimizer)
     beat = heartbeats.Heartbeat(ctx)

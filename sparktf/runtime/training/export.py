@@ -115,7 +115,8 @@ def _export_saved_model(model, path: str, inputs=None) -> dict[str, str]:
     the inputs named as a signature can name them; returns input name -> signature name
     for the inputs renamed. A model that declares no inputs (subclassed) takes them as
     ``inputs`` (``x`` as ``tf.TensorSpec``s) says, where Keras would make every input
-    float32 and name them ``args_0``...."""
+    float32 and name them ``args_0``.... Outputs computed in half precision are exported
+    as float32 (``_as_float32``)."""
     import keras
     from keras.src.export.export_utils import get_input_signature
 
@@ -125,18 +126,41 @@ def _export_saved_model(model, path: str, inputs=None) -> dict[str, str]:
         specs = get_input_signature(model)
     signature, renamed = _signature(specs)
     outputs = binding.output_names(model)
-    if not outputs or len(outputs) < 2:
+    half = _half_precision(model)
+    if (not outputs or len(outputs) < 2) and not half:
         model.export(path, verbose=False, input_signature=signature)
         return renamed
     archive = keras.export.ExportArchive()
     archive.track(model)
 
     def serve(inputs):
-        return dict(zip(outputs, keras.tree.flatten(model(inputs, training=False))))
+        results = [_as_float32(r) for r in keras.tree.flatten(model(inputs, training=False))]
+        if not outputs or len(outputs) < 2:
+            return results[0]  # one output: "output_0", as model.export names it
+        return dict(zip(outputs, results))
 
     archive.add_endpoint("serve", serve, signature)
     archive.write_out(path, verbose=False)
     return renamed
+
+
+HALF = ("float16", "bfloat16")
+
+
+def _half_precision(model) -> bool:
+    """Whether any layer computes in half precision (a ``mixed_float16`` or
+    ``mixed_bfloat16`` policy): its outputs are then exported as float32."""
+    layers = model._flatten_layers(include_self=True, recursive=True)
+    return any(getattr(layer, "compute_dtype", None) in HALF for layer in layers)
+
+
+def _as_float32(tensor):
+    """A half-precision float output as float32 (exact: every float16 and bfloat16 value
+    is a float32 one), so that the export scores in float32 for every client (TFModel,
+    MLflow, TensorFlow Serving); anything else as it is."""
+    import tensorflow as tf
+
+    return tf.cast(tensor, tf.float32) if tensor.dtype.name in HALF else tensor
 
 
 def _export_tf_keras(model, path: str) -> dict[str, str]:
