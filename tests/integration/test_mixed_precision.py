@@ -114,3 +114,67 @@ def _resumes_into(frame, common, tmp_path, history, trained):
     assert resumed.getHistory() == history
     for a, b in zip(resumed.getKerasModel().get_weights(), trained.get_weights(), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def overflowing(hp):
+    import keras
+
+    keras.utils.set_random_seed(0)
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(16, activation="tanh"),
+                                  keras.layers.Dense(1, dtype="float32")])
+        model.compile(keras.optimizers.SGD(1e-4), "mse")
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    return model
+
+
+@pytest.mark.timeout(300)  # before: it hung
+def test_a_step_that_overflows_on_one_worker_only_is_skipped_by_every_worker(spark):
+    """Keras decides on each worker's own gradients whether a step overflowed: the worker
+    whose gradients did skipped the step, the other waited for it in the all-reduce, and
+    the fit hung at its first step. Every worker now takes the decision of one process on
+    the whole batch: the loss scale halves until the steps fit, as Keras's alone."""
+    from tests.integration import plan_oracle
+
+    x, y = _data()
+    y[ROWS // 2:] *= 300.0  # worker 1's rows: errors whose scaled gradients overflow
+    alone = overflowing({})
+    expected = alone.fit(x, y, batch_size=ROWS, epochs=8, shuffle=False, verbose=0).history
+    half = ROWS // 2
+    frame = plan_oracle.identity_partitioned(
+        spark, [[(x[i].tolist(), float(y[i])) for i in range(a, a + half)] for a in (0, half)],
+        "features array<float>, label float")
+    fitted = TFEstimator(modelFn=overflowing, numWorkers=2, batchSize=ROWS, epochs=8,
+                         shuffle=False, verbose=0).fit(frame)
+    history = fitted.getHistory()
+    print(f"sparktf {history['loss']}\nalone   {expected['loss']}")
+    assert len(set(expected["loss"])) > 1  # some steps were skipped, then some applied
+    np.testing.assert_allclose(history["loss"], expected["loss"], rtol=2e-3)
+
+
+def _keras_fit_overflowing(args, ctx):
+    """Keras's own fit under MultiWorkerMirroredStrategy, worker 1's rows overflowing."""
+    import tensorflow as tf
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    x, y = _data()
+    y[ROWS // 2:] *= 300.0
+    half = slice(0, ROWS // 2) if ctx.rank == 0 else slice(ROWS // 2, ROWS)
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    # each worker its own half: 64 rows a step over both (32 each), 2 steps an epoch
+    data = (tf.data.Dataset.from_tensor_slices((x[half], y[half])).batch(64).repeat()
+            .with_options(options))
+    with strategy.scope():
+        model = overflowing({})
+    return model.fit(data, epochs=6, steps_per_epoch=2, verbose=0).history["loss"]
+
+
+@pytest.mark.timeout(300)  # before: it hung
+def test_sparktf_run_keras_fit_overflowing_on_one_worker_only_finishes(spark):
+    losses = sparktf.run(spark, _keras_fit_overflowing, numWorkers=2)
+    print(losses)
+    assert losses[0] == losses[1] and len(losses[0]) == 6  # one decision on every worker
+    assert len(set(losses[0])) > 1  # skipped steps, then applied ones

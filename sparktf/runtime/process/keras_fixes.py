@@ -29,6 +29,12 @@ Keras 3 (checked on ``CHECKED``) fails any ``fit``, ``evaluate`` or ``predict`` 
    ``while/cond/Placeholder``): its steps run one by one from Python instead, Keras's own
    path for an iterator that is not a dataset's, with the same numbers.
 
+4. ``fit`` with a ``LossScaleOptimizer`` (``mixed_float16``): Keras decides whether a
+   step overflowed on each worker's own gradients, before the all-reduce its applying
+   branch holds, so a worker whose gradients overflow skips the step while the others wait
+   for it in the all-reduce: the fit hangs. Every worker takes the decision one process
+   would take (``loss_scale``).
+
 Everything else keeps Keras's own code: other strategies, ``reduction`` other than the
 mean. ``fit`` itself only gains a callback of sparktf's in its tasks, which times each
 worker's steps (``step_times``: the straggler named). ``apply()`` does nothing on Keras 2
@@ -43,7 +49,7 @@ from __future__ import annotations
 import inspect
 import os
 
-from sparktf.runtime.process import accumulation, step_times
+from sparktf.runtime.process import accumulation, loss_scale, step_times
 
 CHECKED = ("3.14.0", "3.15.1")
 
@@ -193,14 +199,18 @@ def _steps_in_python(original, multi_worker, kind: str):
 
 
 def _with_step_times(original, multi_worker):
-    """``fit`` that, in a sparktf task under ``MultiWorkerMirroredStrategy`` on several
-    workers, times each worker's own work apart from its wait in the gradient all-reduce
-    (``step_times``) and has the chief report every worker's figures after each epoch:
-    the driver names a straggler. Keras's own ``fit`` otherwise, its history unchanged."""
+    """``fit`` that, under ``MultiWorkerMirroredStrategy`` on several workers, has a
+    ``LossScaleOptimizer`` decide on overflows over every worker (``loss_scale``: the
+    fourth path), and in a sparktf task times each worker's own work apart from its wait
+    in the gradient all-reduce (``step_times``) and has the chief report every worker's
+    figures after each epoch: the driver names a straggler. Keras's own ``fit``
+    otherwise, its history unchanged."""
     signature = inspect.signature(original)
 
     def fit(self, *args, **kwargs):
         strategy = getattr(self, "_distribute_strategy", None)
+        if strategy is not None and multi_worker(strategy):  # before the step is traced
+            loss_scale.agree_on_overflow(getattr(self, "optimizer", None))
         ctx = step_times.task_context()
         bound = signature.bind(self, *args, **kwargs)
         callbacks = bound.arguments.get("callbacks")

@@ -94,24 +94,43 @@ def _counter(optimizer):
     original = optimizer._all_reduce_sum_gradients
 
     def all_reduce(grads_and_vars):
-        grads_and_vars = list(grads_and_vars)
-        ready = [t for g, _ in grads_and_vars if g is not None
-                 for t in tf.nest.flatten(g, expand_composites=True)]
-        with tf.control_dependencies(ready):
-            began = tf.timestamp()
-        with tf.control_dependencies([began]):  # the all-reduce starts after ``began``
-            grads_and_vars = [(g if g is None else tf.identity(g), v)
-                              for g, v in grads_and_vars]
-        reduced = original(grads_and_vars)
-        done = [t for g, _ in reduced if g is not None
-                for t in tf.nest.flatten(g, expand_composites=True)]
-        with tf.control_dependencies(done):
-            waited.assign_add(tf.timestamp() - began)
-        return reduced
+        pairs = list(grads_and_vars)
+        present = [i for i, (g, _) in enumerate(pairs) if g is not None]
+
+        def reduce(grads):
+            given = list(pairs)
+            for i, g in zip(present, grads):
+                given[i] = (g, given[i][1])
+            return original(given)
+
+        return timed_collective(optimizer, [pairs[i][0] for i in present], reduce,
+                                lambda reduced: [g for g, _ in reduced if g is not None])
 
     vars(optimizer)["_all_reduce_sum_gradients"] = all_reduce  # not Keras's tracking
     vars(optimizer)[_MARK] = waited
     return waited
+
+
+def timed_collective(optimizer, values: list, collective, outputs=list):
+    """``collective(values)`` (a collective inside the traced step), its time added to
+    the wait counter of ``optimizer`` (or of its inner optimizer) if it has one: from the
+    moment ``values`` are ready to the moment the collective's results (``outputs`` of
+    them: tensors) are."""
+    import tensorflow as tf
+
+    waited = vars(_target(optimizer)).get(_MARK)
+    if waited is None:
+        return collective(values)
+    ready = [t for v in values for t in tf.nest.flatten(v, expand_composites=True)]
+    with tf.control_dependencies(ready):
+        began = tf.timestamp()
+    with tf.control_dependencies([began]):  # the collective starts after ``began``
+        values = [tf.identity(v) for v in values]
+    results = collective(values)
+    done = [t for r in outputs(results) for t in tf.nest.flatten(r, expand_composites=True)]
+    with tf.control_dependencies(done):
+        waited.assign_add(tf.timestamp() - began)
+    return results
 
 
 def gather(strategy, index: int, workers: int, own: float, waited: float):

@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from sparktf.runtime.process import accumulation
+from sparktf.runtime.process import accumulation, loss_scale
 
 
 def is_tf_keras(model) -> bool:
@@ -120,6 +120,8 @@ class KerasSteps:
     def __init__(self, strategy, model):
         self.strategy, self.model = strategy, model
         self._functions: dict = {}
+        if strategy.num_replicas_in_sync > 1:  # mixed_float16: one decision on overflows
+            loss_scale.agree_on_overflow(getattr(model, "optimizer", None))
 
     def train(self, data, share: float, reduce: bool) -> dict:
         """One training step on this worker's part of the global batch, ``share`` of the
