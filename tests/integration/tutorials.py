@@ -72,10 +72,11 @@ def keras_fit(args, ctx):
 
 def slowed(slow, rank) -> list:
     """``slow``: (rank, seconds) — a callback that works that long after each training
-    step on that rank (a straggler: a slow callback, disk or neighbour); else none."""
+    step on that rank (a straggler: a slow callback, disk or neighbour), on every rank
+    for ("all", seconds); else none."""
     import keras
 
-    if not slow or rank != slow[0]:
+    if not slow or slow[0] not in (rank, "all"):
         return []
 
     class Slow(keras.callbacks.Callback):
