@@ -86,15 +86,21 @@ def main() -> int:
         with lock:
             events["n"] += 1
 
-    peak = {"threads": 0, "fds": 0}
+    peak = {"threads": 0, "fds": 0, "rss": 0}
     stop = threading.Event()
+
+    def rss_kb():
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
 
     def sample():
         while not stop.wait(0.1):
             peak["threads"] = max(peak["threads"], threading.active_count())
             peak["fds"] = max(peak["fds"], len(os.listdir("/proc/self/fd")))
+            peak["rss"] = max(peak["rss"], rss_kb())
 
-    before = threading.active_count(), len(os.listdir("/proc/self/fd"))
+    before = threading.active_count(), len(os.listdir("/proc/self/fd")), rss_kb()
+    cpu = sum(os.times()[:2])
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     with EventServer("127.0.0.1", on_event, num_tasks=args.tasks) as server:
@@ -134,6 +140,11 @@ def main() -> int:
           f"({events['n'] / elapsed:,.0f}/s over {elapsed:.1f} s)")
     print(f"  driver threads: before {before[0]}, peak {peak['threads']}")
     print(f"  driver open file descriptors: before {before[1]}, peak {peak['fds']}")
+    print(f"  driver resident memory: before {before[2] / 1024:.1f} MB, peak "
+          f"{peak['rss'] / 1024:.1f} MB ({(peak['rss'] - before[2]) / args.tasks:.1f} KB a task)")
+    used = sum(os.times()[:2]) - cpu
+    print(f"  driver CPU time (server and handler)             {used:8.2f} s "
+          f"({used / max(events['n'], 1) * 1e6:.0f} us an event)")
     return 0
 
 
