@@ -46,3 +46,17 @@ def test_parameter_server_clusters_get_an_inter_op_thread_per_worker_and_one_mor
     assert interop_threads(None, 4, 2) == 5
     assert interop_threads("8", 2, 1) == 8
     assert interop_threads("junk", 2, 0) == 2
+
+
+def test_workers_with_gpus_all_reduce_over_nccl_and_cpus_over_the_ring():
+    """Issue 54: TensorFlow's AUTO does not choose NCCL for GPUs by itself; sparktf asks
+    for it where the task has GPUs (every worker of a stage alike), AUTO elsewhere (NCCL
+    without a GPU is refused by the strategy). One pack of gradients a step either way."""
+    import tensorflow as tf
+
+    from sparktf.runtime.training.allreduce import communication
+
+    implementation = tf.distribute.experimental.CommunicationImplementation
+    assert communication(True).implementation == implementation.NCCL
+    assert communication(False).implementation == implementation.AUTO
+    assert communication(True).bytes_per_pack == communication(False).bytes_per_pack == 0
