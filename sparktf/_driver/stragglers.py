@@ -1,9 +1,11 @@
-"""The straggler of a synchronous epoch, named on the driver once per epoch.
+"""The stragglers of a synchronous epoch, named on the driver once per epoch.
 
 The chief reports every worker's own time and its wait in the gradient all-reduce after
 each epoch (``runtime.process.step_times``). A worker whose own time is at least
-``RATIO`` times the median of the others', by at least ``MIN_EXCESS_S`` over the epoch,
-is named with its rank, its executor and by how much; a balanced epoch says nothing.
+``RATIO`` times the typical worker's, by at least ``MIN_EXCESS_S`` over the epoch, is
+named with its rank, its executor and by how much; a balanced epoch says nothing. The
+typical worker is the median of all workers (of 3 or more: several slow workers are each
+named, two equally slow ones of three are the typical ones), or with 2 workers the other.
 """
 
 from __future__ import annotations
@@ -18,16 +20,18 @@ RATIO = 1.3
 MIN_EXCESS_S = 0.5
 
 
-def straggler(own: list[float]) -> tuple[int, float, float] | None:
-    """(rank, own time / the others' median, the others' median) of the slowest worker
-    of an epoch, if it straggled; None for a balanced epoch or a single worker."""
+def stragglers(own: list[float]) -> list[tuple[int, float, float]]:
+    """(rank, own time / the typical worker's, the typical worker's) of each worker that
+    straggled in an epoch, slowest first; none for a balanced epoch or a single worker."""
     if len(own) < 2:
-        return None
-    rank = max(range(len(own)), key=lambda r: own[r])
-    others = statistics.median(own[:rank] + own[rank + 1:])
-    if own[rank] - others < MIN_EXCESS_S or own[rank] < RATIO * others:
-        return None
-    return rank, (own[rank] / others if others > 0 else float("inf")), others
+        return []
+    middle = statistics.median(own)
+    found = []
+    for rank, seconds in enumerate(own):
+        typical = own[1 - rank] if len(own) == 2 else middle
+        if seconds - typical >= MIN_EXCESS_S and seconds >= RATIO * typical:
+            found.append((rank, seconds / typical if typical > 0 else float("inf"), typical))
+    return sorted(found, key=lambda f: -own[f[0]])
 
 
 def where(executors: list, rank: int) -> str:
@@ -38,18 +42,29 @@ def where(executors: list, rank: int) -> str:
 
 
 def report(event: dict, label: str = "") -> None:
-    """Names the straggler of the epoch ``event`` (kind "workers") reports, if any."""
+    """Names the stragglers of the epoch ``event`` (kind "workers") reports, if any, in
+    one line."""
     own = [float(x) for x in event.get("own_seconds", [])]
-    found = straggler(own)
-    if found is None:
+    found = stragglers(own)
+    if not found:
         return
-    rank, ratio, others = found
     waited = [float(x) for x in event.get("wait_seconds", [])]
-    lost = statistics.median(w for r, w in enumerate(waited) if r != rank) if waited else 0.0
+    slow = {rank for rank, _, _ in found}
+    others = [w for r, w in enumerate(waited) if r not in slow]
+    lost = statistics.median(others) if others else 0.0
+    executors = list(event.get("executors", []))
+    named = "; ".join(
+        f"worker rank {rank} {where(executors, rank)}: {own[rank]:.2f} s of its own work "
+        f"(feeding, steps, callbacks), {_times(ratio)} the typical worker's {typical:.2f} s"
+        for rank, ratio, typical in found)
     logger.warning(
-        "sparktf: %sepoch %s: worker rank %d %s is the straggler: its own work (feeding, "
-        "steps, callbacks) took %.2f s, %.1fx the other workers' median %.2f s, and the "
-        "others waited %.2f s for it in the gradient all-reduce (median). Look at what "
-        "runs there: its callbacks, its disk, other work on its host.",
-        f"{label}: " if label else "", event.get("epoch"), rank,
-        where(list(event.get("executors", [])), rank), own[rank], ratio, others, lost)
+        "sparktf: %sepoch %s: the straggler%s %s. The other workers waited %.2f s for %s "
+        "(median) in the gradient all-reduce. Look at what runs there: its callbacks, its "
+        "disk, other work on its host.",
+        f"{label}: " if label else "", event.get("epoch"),
+        " is" if len(found) == 1 else "s are", named, lost,
+        "it" if len(found) == 1 else "them")
+
+
+def _times(ratio: float) -> str:
+    return f"{ratio:.1f}x" if ratio != float("inf") else "many times"

@@ -71,18 +71,20 @@ def keras_fit(args, ctx):
 
 
 def slowed(slow, rank) -> list:
-    """``slow``: (rank, seconds) — a callback that works that long after each training
-    step on that rank (a straggler: a slow callback, disk or neighbour), on every rank
-    for ("all", seconds); else none."""
+    """``slow``: (rank, seconds, hook) — a callback that works that long in ``hook``
+    (``on_train_batch_end`` after each training step, or once an epoch in
+    ``on_epoch_begin`` / ``on_epoch_end``) on that rank (a straggler: a slow callback, disk
+    or neighbour), on every rank for ("all", seconds, hook); else none."""
     import keras
 
     if not slow or slow[0] not in (rank, "all"):
         return []
 
     class Slow(keras.callbacks.Callback):
-        def on_train_batch_end(self, batch, logs=None):
-            time.sleep(slow[1])  # stands for work this worker does alone
+        pass
 
+    # stands for work this worker does alone
+    setattr(Slow, slow[2], lambda self, *args, **kwargs: time.sleep(slow[1]))
     return [Slow()]
 
 

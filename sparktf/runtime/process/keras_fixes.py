@@ -216,10 +216,11 @@ def _with_step_times(original, multi_worker):
         callbacks = bound.arguments.get("callbacks")
         if (ctx is None or strategy is None or not multi_worker(strategy)
                 or ctx.numWorkers < 2 or hasattr(callbacks, "on_train_batch_end")
-                or not step_times.timeable(getattr(self, "optimizer", None))):
+                or not step_times.timeable(getattr(self, "optimizer", None))
+                or step_times.packed(strategy)):
             return original(self, *args, **kwargs)  # (a CallbackList of the user's: as is)
-        bound.arguments["callbacks"] = [*(callbacks or []),
-                                        step_times.reporter(self, strategy, ctx)]
+        first, last = step_times.reporters(self, strategy, ctx)
+        bound.arguments["callbacks"] = [first, *(callbacks or []), last]
         return original(*bound.args, **bound.kwargs)
 
     fit.__wrapped__ = original

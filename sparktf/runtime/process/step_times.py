@@ -8,9 +8,12 @@ runs callbacks slower than the others makes every other worker wait there, each 
 gradients are ready to the moment the all-reduce returns them summed (``tf.timestamp``
 on either side of Keras's ``_all_reduce_sum_gradients``, ordered by control
 dependencies), and adds it to a counter of this worker's own (not the strategy's). An
-epoch's wall time over its training steps, less that wait, is the worker's own time:
-feeding, the step's computation and the callbacks. The straggler is the worker with
-the most own time (it waits least); the others' waits are what it costs them.
+epoch's wall time, from before its ``on_epoch_begin`` callbacks to after its
+``on_epoch_end`` ones (its validation pass left out), less that wait, is the worker's own
+time: feeding, the steps' computation and the callbacks. The straggler is the worker with
+the most own time (it waits least); the others' waits are what it costs them. A strategy
+that packs the gradients in several all-reduces (``packed``) is not timed: the timing
+would hold every pack until the last gradient is ready, which packing exists to avoid.
 
 ``gather`` puts every worker's figures together on every worker (one small all-reduce
 an epoch, not a step). A Keras without ``_all_reduce_sum_gradients`` on its optimizer
@@ -38,6 +41,15 @@ def timeable(optimizer) -> bool:
     return hasattr(_target(optimizer), "_all_reduce_sum_gradients")
 
 
+def packed(strategy) -> bool:
+    """Whether ``strategy`` all-reduces the gradients in several packs
+    (``CommunicationOptions(bytes_per_pack > 0)``), so that the first packs start while
+    the backward pass runs: timing the wait from the moment every gradient is ready
+    would make each pack wait for all of them, so such a fit is not timed."""
+    options = getattr(getattr(strategy, "extended", None), "_communication_options", None)
+    return bool(getattr(options, "bytes_per_pack", 0))
+
+
 class StepTimes:
     """This worker's own time and its wait in the gradient all-reduce, epoch by epoch.
 
@@ -49,10 +61,22 @@ class StepTimes:
         self.waited = _counter(_target(optimizer)) if self.timed else None
         self._began = None
         self._other_waits = 0.0  # in collectives called from Python (``waiting``)
+        self._left_out = 0.0  # this epoch's time ``excluded``
 
     def start(self) -> None:
-        """The epoch's training steps begin."""
+        """The epoch begins (before its ``on_epoch_begin``)."""
         self._began = (time.perf_counter(), self._read())
+        self._left_out = 0.0
+
+    @contextlib.contextmanager
+    def excluded(self):
+        """Within: not part of the epoch's figures (the validation pass, whose rows and
+        collectives are not the training steps')."""
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._left_out += time.perf_counter() - began
 
     @contextlib.contextmanager
     def waiting(self):
@@ -65,11 +89,12 @@ class StepTimes:
             self._other_waits += time.perf_counter() - began
 
     def stop(self) -> tuple[float, float] | None:
-        """The epoch's training steps are done: (own seconds, waited seconds) since
-        ``start``, or None if not timed or not started."""
+        """The epoch is done (after its ``on_epoch_end``): (own seconds, waited seconds)
+        since ``start`` but for what was ``excluded``, or None if not timed or not
+        started."""
         if not self.timed or self._began is None:
             return None
-        wall = time.perf_counter() - self._began[0]
+        wall = time.perf_counter() - self._began[0] - self._left_out
         waited = max(self._read() - self._began[1], 0.0)
         self._began = None
         return max(wall - waited, 0.0), waited
@@ -165,29 +190,34 @@ def task_context():
     return _context
 
 
-def reporter(model, strategy, ctx):
-    """A Keras callback for ``fit`` under ``strategy``: times each epoch's training steps
-    (``StepTimes``, made now, before the step is traced), gathers every worker's figures
-    after the epoch and has the chief send them to the driver. The fit's logs and
-    history are left as Keras makes them."""
+def reporters(model, strategy, ctx) -> tuple:
+    """Two Keras callbacks for ``fit`` under ``strategy``, the first to go first in the
+    callback list and the second last: together they time each epoch from before the
+    other callbacks' ``on_epoch_begin`` to after their ``on_epoch_end``, the fit's
+    validation left out (``StepTimes``, made now, before the step is traced); then every
+    worker's figures are gathered and the chief sends them to the driver. The fit's logs
+    and history are left as Keras makes them."""
     import keras
 
     times = StepTimes(model.optimizer)
     beat = heartbeats.Heartbeat(ctx)
+    validating: list = []
 
-    class SparktfStepTimes(keras.callbacks.Callback):
-        measured = None
-
+    class SparktfEpochBegins(keras.callbacks.Callback):
         def on_epoch_begin(self, epoch, logs=None):
-            self.measured = None
             times.start()
 
-        def on_test_begin(self, logs=None):  # the fit's validation: training is done
-            if self.measured is None:
-                self.measured = times.stop()
+        def on_test_begin(self, logs=None):  # the fit's validation: not the steps'
+            validating.append(times.excluded())
+            validating[-1].__enter__()
 
+        def on_test_end(self, logs=None):
+            if validating:
+                validating.pop().__exit__(None, None, None)
+
+    class SparktfEpochEnds(keras.callbacks.Callback):
         def on_epoch_end(self, epoch, logs=None):
-            measured = self.measured or times.stop()
+            measured = times.stop()
             if measured is None:
                 return
             beat("callbacks", epoch + 1, own_s=measured[0], wait_s=measured[1])
@@ -196,7 +226,7 @@ def reporter(model, strategy, ctx):
                 epoch + 1, own, waited, int((self.params or {}).get("steps") or 0),
                 ctx.executors))
 
-    return SparktfStepTimes()
+    return SparktfEpochBegins(), SparktfEpochEnds()
 
 
 def epoch_figures(epoch: int, own: list[float], waited: list[float], steps: int,

@@ -77,7 +77,7 @@ class _EpochLoop(loop.EpochRunner):
         # is traced: the timing is part of it)
         self.times = (step_times.StepTimes(model.optimizer) if ctx.numWorkers > 1
                       else None)
-        self._figures = None
+        self._done = 0  # steps trained in the epoch
         self.shares = self.plan.shares
         # batch logs are averaged over the workers (a collective) only when a callback
         # or the step summaries read them; each epoch's last step always is (custom logs)
@@ -96,8 +96,7 @@ class _EpochLoop(loop.EpochRunner):
         logs: dict = {}
         hooks = self.batch_logs
         done = 0  # steps trained
-        if self.times is not None:
-            self.times.start()
+        waiting = self.times.waiting if self.times is not None else _nothing
         for step, data in enumerate(self.spec.batches(self.ctx.shard, self.plan.sizes,
                                                       self.bound, epoch,
                                                       self.ctx.feedSpec, stand_in=True)):
@@ -113,23 +112,25 @@ class _EpochLoop(loop.EpochRunner):
             if hooks:
                 self.callbacks.on_train_batch_end(step, logs)
                 self.summaries.write_step(epoch * self.steps + step + 1, logs.get("loss"))
-                with self.times.waiting() if self.times is not None else _nothing():
+                with waiting():
                     stop = self.steps_fn.any_worker(self.model.stop_training)
                 if stop:
                     self.model.stop_training = True
                     break
         self.rows_trained = self.plan.total_rows
-        self._figures = (self.times.stop(), done) if self.times is not None else None
-        self.same_state()  # before validation, the callbacks and the checkpoint
+        self._done = done
+        with waiting():
+            self.same_state()  # before validation, the callbacks and the checkpoint
         return self.steps_fn.epoch_logs(logs)
 
     def validate(self) -> dict[str, float]:
         return self.validation.run(self.validation_step)
 
     def epoch_workers(self) -> dict | None:
-        measured, steps = self._figures or (None, 0)
+        measured = self.times.stop() if self.times is not None else None
         if measured is None:
             return None
+        steps = self._done
         self.beat("callbacks", self.epoch + 1, own_s=measured[0], wait_s=measured[1])
         own, waited = step_times.gather(self.strategy, self.ctx.rank, self.ctx.numWorkers,
                                         *measured)

@@ -134,10 +134,10 @@ def _export_saved_model(model, path: str, inputs=None) -> dict[str, str]:
     archive.track(model)
 
     def serve(inputs):
-        results = [_as_float32(r) for r in keras.tree.flatten(model(inputs, training=False))]
-        if not outputs or len(outputs) < 2:
-            return results[0]  # one output: "output_0", as model.export names it
-        return dict(zip(outputs, results))
+        results = model(inputs, training=False)
+        if not outputs or len(outputs) < 2:  # its own structure, as model.export names it
+            return keras.tree.map_structure(_as_float32, results)
+        return dict(zip(outputs, [_as_float32(r) for r in keras.tree.flatten(results)]))
 
     archive.add_endpoint("serve", serve, signature)
     archive.write_out(path, verbose=False)

@@ -120,7 +120,7 @@ class KerasSteps:
     def __init__(self, strategy, model):
         self.strategy, self.model = strategy, model
         self._functions: dict = {}
-        self._traced: dict = {}  # (function key, shapes beyond the batch) -> its trace
+        self._traced: dict = {}  # (function key, the arguments' shapes) -> their trace
         if strategy.num_replicas_in_sync > 1:  # mixed_float16: one decision on overflows
             loss_scale.agree_on_overflow(getattr(model, "optimizer", None))
 
@@ -145,24 +145,22 @@ class KerasSteps:
         return self._call(("test", reduce, None), (data, np.asarray(share, np.float32)))
 
     def _call(self, key: tuple, args: tuple):
-        """The step function ``key`` on ``args``. Arrays of numbers (the usual batch) go
-        straight to its trace for batches of any size (``_batch_free``), made once per
-        shape beyond the batch: as Keras's ``fit`` traces its step for a dataset whose
-        batch size is unknown, and without ``tf.function``'s dispatch on every call
+        """The step function ``key`` on ``args``. For arrays of numbers (the usual batch)
+        the trace ``tf.function`` would run for their shapes is looked up once per shape
+        (``get_concrete_function``: the same traces, made at the same steps, as calling
+        it) and then called directly, without ``tf.function``'s dispatch on every call
         (about 0.15 ms a step, a quarter of a small model's step). Anything else (text,
-        ragged rows) takes the ``tf.function`` and its dispatch."""
-        shapes = _batch_free(args)
+        ragged rows), and shapes beyond the first ``TRACES_KEPT``, take the
+        ``tf.function`` and its dispatch."""
+        shapes = _shapes(args)
+        function = self._function(*key)
         if shapes is None:
-            return self._function(*key)(*args)
+            return function(*args)
         traced = self._traced.get((key, shapes))
         if traced is None:
-            import tensorflow as tf
-
-            specs = [tf.TensorSpec([None, *a.shape[1:]] if a.ndim else [], a.dtype)
-                     for a in tf.nest.flatten(args)]
-            traced = self._function(*key).get_concrete_function(
-                *tf.nest.pack_sequence_as(args, specs))
-            self._traced[(key, shapes)] = traced
+            if len(self._traced) >= TRACES_KEPT:
+                return function(*args)
+            traced = self._traced[(key, shapes)] = function.get_concrete_function(*args)
         return traced(*args)
 
     def epoch_logs(self, last_logs) -> dict:
@@ -217,16 +215,19 @@ class KerasSteps:
         return step
 
 
-def _batch_free(args) -> tuple | None:
-    """The step arguments' shapes beyond the batch and dtypes, if every one is a NumPy
-    array of numbers or booleans (scalars too); else None."""
+TRACES_KEPT = 64  # step traces looked up by shape (variable lengths: the rest dispatch)
+
+
+def _shapes(args) -> tuple | None:
+    """The step arguments' shapes and dtypes, if every one is a NumPy array of numbers or
+    booleans (scalars too); else None."""
     import tensorflow as tf
 
     found = []
     for a in tf.nest.flatten(args):
         if not isinstance(a, np.ndarray) or a.dtype.kind not in "biuf":
             return None
-        found.append((a.shape[1:] if a.ndim else None, a.dtype.str))
+        found.append((a.shape, a.dtype.str))
     return tuple(found)
 
 

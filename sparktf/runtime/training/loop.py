@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import time
+from contextlib import nullcontext as _nothing
 
 import numpy as np
 
@@ -90,6 +91,7 @@ class EpochRunner:
         # every worker's own and waited seconds in each epoch's training steps, where
         # measured (``step_times.epoch_figures``), this run's and a resumed one's
         self.worker_times: list[dict] = []
+        self.times = None  # a ``step_times.StepTimes`` where the steps are timed
         self.best = None
         if spec.keep_best:
             self.best = best.keep_best(spec.keep_best, spec.keep_best_mode)
@@ -104,7 +106,8 @@ class EpochRunner:
         return False
 
     def epoch_workers(self) -> dict | None:
-        """Every worker's own and waited seconds in the epoch just trained
+        """Every worker's own and waited seconds in the epoch just ended, from its
+        ``on_epoch_begin`` to its ``on_epoch_end`` but for validation
         (``step_times.epoch_figures``), where the strategy's steps are timed."""
         return None
 
@@ -140,19 +143,22 @@ class EpochRunner:
             self.epoch = epoch
             started = time.monotonic()
             self.model.reset_metrics()
+            if self.times is not None:  # the epoch's own work: its callbacks included
+                self.times.start()
             self.callbacks.on_epoch_begin(epoch)
             logs = self.train_epoch(epoch)
+            if self.validates():
+                self.beat("validation", epoch + 1)
+                with self.times.excluded() if self.times is not None else _nothing():
+                    logs.update(self.validate())
+            self.beat("callbacks", epoch + 1)
+            self.callbacks.on_epoch_end(epoch, logs)
+            logs = self.recorder.logs  # as the callbacks left them (e.g. + learning_rate)
             workers = self.epoch_workers()
             if workers is not None:
                 self.worker_times.append(workers)
                 self.summaries.write_workers(epoch + 1, workers)
                 heartbeats.report_workers(self.ctx, workers)
-            if self.validates():
-                self.beat("validation", epoch + 1)
-                logs.update(self.validate())
-            self.beat("callbacks", epoch + 1)
-            self.callbacks.on_epoch_end(epoch, logs)
-            logs = self.recorder.logs  # as the callbacks left them (e.g. + learning_rate)
             for key, value in logs.items():
                 history[key].append(value)
             if self.best is not None:
