@@ -59,8 +59,8 @@ def report(event: dict, label: str = "") -> None:
         for rank, ratio, typical in found)
     logger.warning(
         "sparktf: %sepoch %s: the straggler%s %s. The other workers waited %.2f s for %s "
-        "(median) in the gradient all-reduce. Look at what runs there: its callbacks, its "
-        "disk, other work on its host.",
+        "(median) in the gradient all-reduce and at the epoch's end. Look at what runs "
+        "there: callbacks, disks, other work on the host.",
         f"{label}: " if label else "", event.get("epoch"),
         " is" if len(found) == 1 else "s are", named, lost,
         "it" if len(found) == 1 else "them")

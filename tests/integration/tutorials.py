@@ -60,7 +60,8 @@ def keras_fit(args, ctx):
                                      steps_per_epoch=args.get("steps", 2),
                                      validation_data=dataset(ROWS),
                                      validation_steps=1, verbose=0,
-                                     callbacks=slowed(args.get("slow"), ctx.rank))
+                                     callbacks=slowed(args.get("slow"), ctx.rank,
+                                                      multi_worker_model))
     x, _ = make_data()
     evaluated = multi_worker_model.evaluate(dataset(ROWS), steps=1, verbose=0)
     predicted = multi_worker_model.predict(tf.data.Dataset.from_tensor_slices(x).batch(16),
@@ -70,22 +71,25 @@ def keras_fit(args, ctx):
             "predict": sorted(float(v) for v in predicted.reshape(-1))}
 
 
-def slowed(slow, rank) -> list:
-    """``slow``: (rank, seconds, hook) — a callback that works that long in ``hook``
-    (``on_train_batch_end`` after each training step, or once an epoch in
+def slowed(slow, rank, model=None):
+    """``slow``: (rank, seconds, hook[, "mixed"]) — a callback that works that long in
+    ``hook`` (``on_train_batch_end`` after each training step, or once an epoch in
     ``on_epoch_begin`` / ``on_epoch_end``) on that rank (a straggler: a slow callback, disk
-    or neighbour), on every rank for ("all", seconds, hook); else none."""
+    or neighbour), on every rank for ("all", seconds, hook); else none. With "mixed", the
+    workers pass callbacks of different kinds: the slowed rank the bare callback, the
+    others a ``keras.callbacks.CallbackList`` of none (Keras takes both)."""
     import keras
 
+    mixed = bool(slow) and slow[3:] == ("mixed",)
     if not slow or slow[0] not in (rank, "all"):
-        return []
+        return keras.callbacks.CallbackList([], add_history=True, model=model) if mixed else []
 
     class Slow(keras.callbacks.Callback):
         pass
 
     # stands for work this worker does alone
     setattr(Slow, slow[2], lambda self, *args, **kwargs: time.sleep(slow[1]))
-    return [Slow()]
+    return Slow() if mixed else [Slow()]
 
 
 def keras_fit_alone(epochs, accumulate=None, steps=2, steps_per_execution=1):

@@ -212,15 +212,29 @@ def _with_step_times(original, multi_worker):
         if strategy is not None and multi_worker(strategy):  # before the step is traced
             loss_scale.agree_on_overflow(getattr(self, "optimizer", None))
         ctx = step_times.task_context()
-        bound = signature.bind(self, *args, **kwargs)
-        callbacks = bound.arguments.get("callbacks")
+        # the same decision on every worker (whatever each passes as callbacks): a worker
+        # timed alone would wait at the epoch's gather for the others, for ever
         if (ctx is None or strategy is None or not multi_worker(strategy)
-                or ctx.numWorkers < 2 or hasattr(callbacks, "on_train_batch_end")
+                or ctx.numWorkers < 2
                 or not step_times.timeable(getattr(self, "optimizer", None))
                 or step_times.packed(strategy)):
-            return original(self, *args, **kwargs)  # (a CallbackList of the user's: as is)
+            return original(self, *args, **kwargs)
+        bound = signature.bind(self, *args, **kwargs)
+        callbacks = bound.arguments.get("callbacks")
         first, last = step_times.reporters(self, strategy, ctx)
-        bound.arguments["callbacks"] = [first, *(callbacks or []), last]
+        if hasattr(callbacks, "callbacks") and hasattr(callbacks, "on_train_batch_end"):
+            # a CallbackList of the user's: theirs, with sparktf's two for this fit only
+            kept = callbacks.callbacks
+            kept.insert(0, first)
+            kept.append(last)
+            try:
+                return original(*bound.args, **bound.kwargs)
+            finally:
+                kept.remove(first)
+                kept.remove(last)
+        given = [callbacks] if hasattr(callbacks, "on_train_batch_end") else list(
+            callbacks or [])
+        bound.arguments["callbacks"] = [first, *given, last]
         return original(*bound.args, **bound.kwargs)
 
     fit.__wrapped__ = original

@@ -10,8 +10,10 @@ on either side of Keras's ``_all_reduce_sum_gradients``, ordered by control
 dependencies), and adds it to a counter of this worker's own (not the strategy's). An
 epoch's wall time, from before its ``on_epoch_begin`` callbacks to after its
 ``on_epoch_end`` ones (its validation pass left out), less that wait, is the worker's own
-time: feeding, the steps' computation and the callbacks. The straggler is the worker with
-the most own time (it waits least); the others' waits are what it costs them. A strategy
+time: feeding, the steps' computation and the callbacks. A worker whose own time stands
+out is a straggler (``_driver.stragglers``); the others' waits are what it costs them. The
+epoch's timing ends with a ``barrier``, so that the others' wait for a worker still in its
+epoch's last callbacks counts as theirs, then ``gather`` pools the figures. A strategy
 that packs the gradients in several all-reduces (``packed``) is not timed: the timing
 would hold every pack until the last gradient is ready, which packing exists to avoid.
 
@@ -177,6 +179,13 @@ def gather(strategy, index: int, workers: int, own: float, waited: float):
 
 
 _gatherers: dict = {}
+
+
+def barrier(strategy, index: int, workers: int) -> None:
+    """Returns once every worker has called it (the ``gather`` of nothing): called inside
+    an epoch's timing, so that the wait for a worker still in its epoch's last callbacks
+    is counted as a wait."""
+    gather(strategy, index, workers, 0.0, 0.0)
 _context = None  # the task's ctx, in a sparktf task process
 
 
@@ -207,19 +216,21 @@ def reporters(model, strategy, ctx) -> tuple:
         def on_epoch_begin(self, epoch, logs=None):
             times.start()
 
-        def on_test_begin(self, logs=None):  # the fit's validation: not the steps'
+        def on_test_begin(self, logs=None):  # the fit's validation, callbacks and all
             validating.append(times.excluded())
             validating[-1].__enter__()
 
+    class SparktfEpochEnds(keras.callbacks.Callback):
         def on_test_end(self, logs=None):
             if validating:
                 validating.pop().__exit__(None, None, None)
 
-    class SparktfEpochEnds(keras.callbacks.Callback):
         def on_epoch_end(self, epoch, logs=None):
-            measured = times.stop()
-            if measured is None:
+            if not times.timed:
                 return
+            with times.waiting():  # for a worker still in its own on_epoch_end
+                barrier(strategy, ctx.rank, ctx.numWorkers)
+            measured = times.stop()
             beat("callbacks", epoch + 1, own_s=measured[0], wait_s=measured[1])
             own, waited = gather(strategy, ctx.rank, ctx.numWorkers, *measured)
             heartbeats.report_workers(ctx, epoch_figures(

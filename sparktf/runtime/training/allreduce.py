@@ -127,9 +127,11 @@ class _EpochLoop(loop.EpochRunner):
         return self.validation.run(self.validation_step)
 
     def epoch_workers(self) -> dict | None:
-        measured = self.times.stop() if self.times is not None else None
-        if measured is None:
+        if self.times is None or not self.times.timed:
             return None
+        with self.times.waiting():  # for a worker still in its own on_epoch_end
+            step_times.barrier(self.strategy, self.ctx.rank, self.ctx.numWorkers)
+        measured = self.times.stop()
         steps = self._done
         self.beat("callbacks", self.epoch + 1, own_s=measured[0], wait_s=measured[1])
         own, waited = step_times.gather(self.strategy, self.ctx.rank, self.ctx.numWorkers,
