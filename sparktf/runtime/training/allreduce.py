@@ -129,11 +129,14 @@ class _EpochLoop(loop.EpochRunner):
     def epoch_workers(self) -> dict | None:
         if self.times is None or not self.times.timed:
             return None
+        # past its callbacks, before the workers meet (a collective): a rank stalled in
+        # its own is the one the watchdog names
+        self.beat("checkpoint", self.epoch + 1)
         with self.times.waiting():  # for a worker still in its own on_epoch_end
             step_times.barrier(self.strategy, self.ctx.rank, self.ctx.numWorkers)
         measured = self.times.stop()
         steps = self._done
-        self.beat("callbacks", self.epoch + 1, own_s=measured[0], wait_s=measured[1])
+        self.beat("checkpoint", self.epoch + 1, own_s=measured[0], wait_s=measured[1])
         own, waited = step_times.gather(self.strategy, self.ctx.rank, self.ctx.numWorkers,
                                         *measured)
         return step_times.epoch_figures(self.epoch + 1, own, waited, steps,
