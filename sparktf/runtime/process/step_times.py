@@ -64,21 +64,32 @@ class StepTimes:
         self._began = None
         self._other_waits = 0.0  # in collectives called from Python (``waiting``)
         self._left_out = 0.0  # this epoch's time ``excluded``
+        self._paused = None  # when ``pause`` was called, until ``resume``
 
     def start(self) -> None:
         """The epoch begins (before its ``on_epoch_begin``)."""
         self._began = (time.perf_counter(), self._read())
-        self._left_out = 0.0
+        self._left_out, self._paused = 0.0, None
 
     @contextlib.contextmanager
     def excluded(self):
         """Within: not part of the epoch's figures (the validation pass, whose rows and
         collectives are not the training steps')."""
-        began = time.perf_counter()
+        self.pause()
         try:
             yield
         finally:
-            self._left_out += time.perf_counter() - began
+            self.resume()
+
+    def pause(self) -> None:
+        """``excluded`` from here (Keras's ``on_test_begin``) ..."""
+        self._paused = time.perf_counter()
+
+    def resume(self) -> None:
+        """... to here (``on_test_end``); nothing if not paused."""
+        if self._paused is not None:
+            self._left_out += time.perf_counter() - self._paused
+            self._paused = None
 
     @contextlib.contextmanager
     def waiting(self):
@@ -210,20 +221,17 @@ def reporters(model, strategy, ctx) -> tuple:
 
     times = StepTimes(model.optimizer)
     beat = heartbeats.Heartbeat(ctx)
-    validating: list = []
 
     class SparktfEpochBegins(keras.callbacks.Callback):
         def on_epoch_begin(self, epoch, logs=None):
             times.start()
 
         def on_test_begin(self, logs=None):  # the fit's validation, callbacks and all
-            validating.append(times.excluded())
-            validating[-1].__enter__()
+            times.pause()
 
     class SparktfEpochEnds(keras.callbacks.Callback):
         def on_test_end(self, logs=None):
-            if validating:
-                validating.pop().__exit__(None, None, None)
+            times.resume()
 
         def on_epoch_end(self, epoch, logs=None):
             if not times.timed:
