@@ -121,6 +121,11 @@ def test_sparktf_run_keras_fit_names_the_slowed_rank_and_keeps_keras_history(
     slept = slow[1] * (args["steps"] if slow[2] == "on_train_batch_end" else 1)
     for epoch, line in enumerate(named, 1):
         assert f"epoch {epoch}: the straggler is worker rank 1 on executor" in line
-        own, typical = map(float, re.search(
-            r": ([0-9.]+) s of its own work .* the typical worker's ([0-9.]+) s", line).groups())
-        assert own - typical > 0.5 * slept, line  # less the first epoch's tracing gaps
+        own, typical, waited = map(float, re.search(
+            r": ([0-9.]+) s of its own work .* the typical worker's ([0-9.]+) s\. The other "
+            r"workers waited ([0-9.]+) s", line).groups())
+        # all of what it slept, and the other's wait (the last step's sleep too: the other
+        # waits for it as Keras reads the epoch's metrics, counted as its own before);
+        # the first epoch less what tracing takes on each worker of a loaded machine
+        least = 0.5 if epoch == 1 else 0.8
+        assert own - typical > least * slept and waited > least * slept, line

@@ -65,11 +65,26 @@ class StepTimes:
         self._other_waits = 0.0  # in collectives called from Python (``waiting``)
         self._left_out = 0.0  # this epoch's time ``excluded``
         self._paused = None  # when ``pause`` was called, until ``resume``
+        self._steps_done = None  # when the last step's callbacks were done (``steps_done``)
 
     def start(self) -> None:
         """The epoch begins (before its ``on_epoch_begin``)."""
         self._began = (time.perf_counter(), self._read())
-        self._left_out, self._paused = 0.0, None
+        self._left_out, self._paused, self._steps_done = 0.0, None, None
+
+    def steps_done(self, done: bool = True) -> None:
+        """A step's callbacks are done (``done``), or the next step begins (not ``done``).
+        From the epoch's last step's callbacks to ``keras_reads_done``, Keras reads the
+        epoch's metrics, which under a strategy are collectives (a metric's variables are
+        summed over the workers as they are read): a wait for a worker still in its last
+        step's callbacks, counted as one."""
+        self._steps_done = time.perf_counter() if done else None
+
+    def keras_reads_done(self) -> None:
+        """Keras has read the epoch's metrics (its validation or ``on_epoch_end`` begins)."""
+        if self._steps_done is not None:
+            self._other_waits += time.perf_counter() - self._steps_done
+            self._steps_done = None
 
     @contextlib.contextmanager
     def excluded(self):
@@ -226,10 +241,20 @@ def reporters(model, strategy, ctx) -> tuple:
         def on_epoch_begin(self, epoch, logs=None):
             times.start()
 
+        def on_train_batch_begin(self, batch, logs=None):
+            times.steps_done(False)
+
         def on_test_begin(self, logs=None):  # the fit's validation, callbacks and all
+            times.keras_reads_done()
             times.pause()
 
+        def on_epoch_end(self, epoch, logs=None):
+            times.keras_reads_done()  # if there was no validation
+
     class SparktfEpochEnds(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            times.steps_done()
+
         def on_test_end(self, logs=None):
             times.resume()
 
