@@ -72,13 +72,16 @@ class StepTimes:
         self._began = (time.perf_counter(), self._read())
         self._left_out, self._paused, self._steps_done = 0.0, None, None
 
-    def steps_done(self, done: bool = True) -> None:
-        """A step's callbacks are done (``done``), or the next step begins (not ``done``).
-        From the epoch's last step's callbacks to ``keras_reads_done``, Keras reads the
-        epoch's metrics, which under a strategy are collectives (a metric's variables are
-        summed over the workers as they are read): a wait for a worker still in its last
-        step's callbacks, counted as one."""
-        self._steps_done = time.perf_counter() if done else None
+    def steps_done(self) -> None:
+        """A step's callbacks are done. From the epoch's last step's callbacks to
+        ``keras_reads_done``, Keras reads the epoch's metrics, which under a strategy are
+        collectives (a metric's variables are summed over the workers as they are read):
+        a wait for a worker still in its last step's callbacks, counted as one."""
+        self._steps_done = time.perf_counter()
+
+    def step_begins(self) -> None:
+        """The next step begins: the last ``steps_done`` was not the epoch's last."""
+        self._steps_done = None
 
     def keras_reads_done(self) -> None:
         """Keras has read the epoch's metrics (its validation or ``on_epoch_end`` begins)."""
@@ -126,6 +129,21 @@ class StepTimes:
         waited = max(self._read() - self._began[1], 0.0)
         self._began = None
         return max(wall - waited, 0.0), waited
+
+    def end_epoch(self, strategy, ctx, beat, where: str, epoch: int):
+        """The epoch's end on every worker (``epoch`` 1-based), after its callbacks:
+        (own seconds, waited seconds) of every worker by index, or None if not timed.
+        A heartbeat first, so that the watchdog names a rank stalled in its own
+        callbacks, not one waiting for it; then the ``barrier``, whose wait counts as
+        this worker's; then this worker's figures, in a heartbeat too, and ``gather``."""
+        if not self.timed:
+            return None
+        beat(where, epoch)
+        with self.waiting():  # for a worker still in its own on_epoch_end
+            barrier(strategy, ctx.rank, ctx.numWorkers)
+        own, waited = self.stop()
+        beat(where, epoch, own_s=own, wait_s=waited)
+        return gather(strategy, ctx.rank, ctx.numWorkers, own, waited)
 
     def _read(self) -> float:
         return (float(self.waited.numpy()) if self.timed else 0.0) + self._other_waits
@@ -242,7 +260,7 @@ def reporters(model, strategy, ctx) -> tuple:
             times.start()
 
         def on_train_batch_begin(self, batch, logs=None):
-            times.steps_done(False)
+            times.step_begins()
 
         def on_test_begin(self, logs=None):  # the fit's validation, callbacks and all
             times.keras_reads_done()
@@ -259,13 +277,10 @@ def reporters(model, strategy, ctx) -> tuple:
             times.resume()
 
         def on_epoch_end(self, epoch, logs=None):
-            if not times.timed:
+            pooled = times.end_epoch(strategy, ctx, beat, "callbacks", epoch + 1)
+            if pooled is None:
                 return
-            with times.waiting():  # for a worker still in its own on_epoch_end
-                barrier(strategy, ctx.rank, ctx.numWorkers)
-            measured = times.stop()
-            beat("callbacks", epoch + 1, own_s=measured[0], wait_s=measured[1])
-            own, waited = gather(strategy, ctx.rank, ctx.numWorkers, *measured)
+            own, waited = pooled
             heartbeats.report_workers(ctx, epoch_figures(
                 epoch + 1, own, waited, int((self.params or {}).get("steps") or 0),
                 ctx.executors))

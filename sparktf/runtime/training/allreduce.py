@@ -127,19 +127,11 @@ class _EpochLoop(loop.EpochRunner):
         return self.validation.run(self.validation_step)
 
     def epoch_workers(self) -> dict | None:
-        if self.times is None or not self.times.timed:
+        pooled = (self.times.end_epoch(self.strategy, self.ctx, self.beat, "checkpoint",
+                                       self.epoch + 1) if self.times is not None else None)
+        if pooled is None:
             return None
-        # past its callbacks, before the workers meet (a collective): a rank stalled in
-        # its own is the one the watchdog names
-        self.beat("checkpoint", self.epoch + 1)
-        with self.times.waiting():  # for a worker still in its own on_epoch_end
-            step_times.barrier(self.strategy, self.ctx.rank, self.ctx.numWorkers)
-        measured = self.times.stop()
-        steps = self._done
-        self.beat("checkpoint", self.epoch + 1, own_s=measured[0], wait_s=measured[1])
-        own, waited = step_times.gather(self.strategy, self.ctx.rank, self.ctx.numWorkers,
-                                        *measured)
-        return step_times.epoch_figures(self.epoch + 1, own, waited, steps,
+        return step_times.epoch_figures(self.epoch + 1, *pooled, self._done,
                                         self.ctx.executors)
 
     def same_state(self) -> None:
