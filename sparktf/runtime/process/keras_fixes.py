@@ -227,6 +227,9 @@ def _with_step_times(original, multi_worker):
             kept = callbacks.callbacks
             kept.insert(0, first)
             kept.append(last)
+            for ours in (first, last):  # as the list gave its own (Keras uses it as it is)
+                ours.set_model(self)
+                ours.set_params(callbacks.params)
             try:
                 return original(*bound.args, **bound.kwargs)
             finally:
