@@ -22,6 +22,8 @@ $(STAMP): pyproject.toml setup.cfg Makefile constraints.txt
 	$(BIN)/python -m pip install --quiet --no-compile -c constraints.txt -e ".[dev]"
 	@# The bytecode of what is imported, written once by importing it (why: that script)
 	$(BIN)/python scripts/write_bytecode.py
+	@# Spark's classes, parsed and verified once, for the tests' JVMs (why: that script)
+	$(BIN)/python scripts/spark_jvm_archive.py
 	touch $(STAMP)
 
 # The lower bounds first, then sparktf under them as constraints: pip must not move them.

@@ -149,7 +149,8 @@ class Cluster:
     def _submit_command(self, scenario: str, *conf: str) -> list[str]:
         return [os.path.join(spark_home(), "bin", "spark-submit"), "--master", self.url,
                 "--conf", "spark.executor.memory=1g", "--conf", "spark.driver.memory=1g",
-                "--conf", "spark.ui.enabled=false", *conf, APP, scenario, self.workdir]
+                "--conf", "spark.ui.enabled=false", *conftest.SPARK_SUBMIT_SETTINGS, *conf, APP,
+                scenario, self.workdir]
 
     def _run(self, scenario: str, command: list[str], timeout: float) -> dict:
         done = subprocess.run(command, env=self.env, capture_output=True, text=True,
@@ -178,7 +179,7 @@ def second(cluster: Cluster) -> dict:
         "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
         "--master", cluster.url, "--conf", f"spark.connect.grpc.binding.port={port}",
         "--conf", "spark.executor.memory=1g", "--conf", "spark.ui.enabled=false", *TWO_SLOTS,
-        "--name", "sparktf-connect-server")
+        *conftest.SPARK_SUBMIT_SETTINGS, "--name", "sparktf-connect-server")
     server.wait_for(r"Spark Connect server started")
     try:
         return cluster.client("second", f"sc://127.0.0.1:{port}")
