@@ -444,6 +444,14 @@ def search_resumed(spark, workdir):
         "lines": [line for line in lines if "search" in line]})
 
 
+def driver_resumed_search_killed(spark, workdir):
+    """The run's second submission (driver_resumed), which then starts the search whose
+    driver is killed (search_killed): one application where two would each start the
+    executors and import TensorFlow again."""
+    driver_resumed(spark, workdir)
+    search_killed(spark, workdir)
+
+
 def second(spark, workdir):
     """The second application, a Spark Connect server in front of the cluster, from its
     client: the first application's saved pipeline scored, then a fit and its scoring."""
