@@ -2,7 +2,9 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+INSTALLED := $(VENV)/.sparktf-pip
 STAMP := $(VENV)/.sparktf-installed
+JVM_ARCHIVE := $(VENV)/.sparktf-jvm-archive
 # Python writes bytecode at first import, even where PYTHONDONTWRITEBYTECODE is set (as on
 # our CI machines): else every Spark Python worker and task process would compile TensorFlow
 # again on every import (12.7 s instead of 6 s). scripts/write_bytecode.py writes most of it
@@ -15,16 +17,24 @@ LOWEST_STAMP := $(LOWEST)/.sparktf-installed
 .PHONY: demo test test-lowest test-cluster lint unit integration fuzz bench java-check clean \
 	environments
 
-$(STAMP): pyproject.toml setup.cfg Makefile constraints.txt
+$(INSTALLED): pyproject.toml setup.cfg Makefile constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "sparktf needs Python 3.11 or newer; set PYTHON=/path/to/python3.11")'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet --no-compile -c constraints.txt -e ".[dev]"
-	@# The bytecode of what is imported, written once by importing it (why: that script)
+	$(BIN)/python scripts/write_bytecode.py --zips
+	touch $(INSTALLED)
+
+# The bytecode of what is imported, written once by importing it (why: that script)
+$(STAMP): $(INSTALLED)
 	$(BIN)/python scripts/write_bytecode.py
-	@# Spark's classes, parsed and verified once, for the tests' JVMs (why: that script)
-	$(BIN)/python scripts/spark_jvm_archive.py
 	touch $(STAMP)
+
+# Spark's classes, parsed and verified once, for the tests' JVMs (why: that script); built
+# beside the bytecode (make test), not for the demo, whose one session would not repay it
+$(JVM_ARCHIVE): $(INSTALLED)
+	$(BIN)/python scripts/spark_jvm_archive.py
+	touch $(JVM_ARCHIVE)
 
 # The lower bounds first, then sparktf under them as constraints: pip must not move them.
 $(LOWEST_STAMP): pyproject.toml constraints-lowest.txt constraints.txt Makefile
@@ -33,11 +43,12 @@ $(LOWEST_STAMP): pyproject.toml constraints-lowest.txt constraints.txt Makefile
 	$(LOWEST)/bin/python -m pip install --quiet --no-compile -r constraints-lowest.txt
 	$(LOWEST)/bin/python -m pip install --quiet --no-compile -c constraints-lowest.txt -e . \
 		$$(grep -E '^(pytest|pytest-timeout|iniconfig|pluggy|hypothesis|sortedcontainers)==' constraints.txt)
+	$(LOWEST)/bin/python scripts/write_bytecode.py --zips
 	$(LOWEST)/bin/python scripts/write_bytecode.py
 	touch $(LOWEST_STAMP)
 
 environments:
-	@$(MAKE) --no-print-directory -j2 $(STAMP) $(LOWEST_STAMP)
+	@$(MAKE) --no-print-directory -j2 $(STAMP) $(JVM_ARCHIVE) $(LOWEST_STAMP)
 
 java-check:
 	@scripts/check_java.sh

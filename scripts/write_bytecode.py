@@ -15,9 +15,9 @@ Spark's Python workers import pyspark from ``pyspark/python/lib/pyspark.zip`` (S
 first on their path), which pip installs without bytecode, and Python writes none into a
 zip: every worker daemon compiled what it imported (0.75 s of CPU for pyspark.daemon and
 pyspark.worker, 0.3 s with bytecode), and every worker forked from it compiled again what
-its task imports beyond that. ``zip_bytecode`` adds the bytecode of each module beside its
-source in that zip, as zipimport reads it: stamped with the source's time and size in the
-zip, so that a changed source is compiled again as before.
+its task imports beyond that. ``zip_bytecode`` (``--zips``, run first) adds the bytecode
+of each module beside its source in that zip, as zipimport reads it: stamped with the
+source's time and size in the zip, so that a changed source is compiled again as before.
 """
 
 import glob
@@ -80,5 +80,9 @@ def zip_bytecode() -> None:
 
 
 if __name__ == "__main__":
-    main()
-    zip_bytecode()
+    # --zips: the zips alone, right after pip, before anything runs Spark's Python workers
+    # (a zip replaced under a running zipimport would be read at the old offsets)
+    if sys.argv[1:] == ["--zips"]:
+        zip_bytecode()
+    else:
+        main()
