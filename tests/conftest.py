@@ -32,8 +32,15 @@ def _spark_settings() -> list[str]:
     defaults = os.path.join(ROOT, "tests", "spark-conf", "spark-defaults.conf")
     here = os.path.join(sys.prefix, "spark-jvm")
     archive, empty = os.path.join(here, "spark.jsa"), os.path.join(here, "conf")
-    if not os.path.exists(archive) or os.listdir(empty):
+    if not _archive_fits(archive, empty):
         os.environ["SPARK_CONF_DIR"] = os.path.dirname(defaults)
+        # a pytest of another environment started by this one (the lowest versions' run)
+        # must not take this one's archive: its class path differs, and Java would then
+        # share no class at all, not even its own
+        if "spark-jvm" in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):
+            del os.environ["PYSPARK_SUBMIT_ARGS"]
+        if "SharedArchiveFile" in os.environ.get("SPARK_DAEMON_JAVA_OPTS", ""):
+            del os.environ["SPARK_DAEMON_JAVA_OPTS"]
         return []
     with open(defaults) as f:
         text = re.sub(r"^(spark\.(driver|executor)\.extraJavaOptions\s.*)$",
@@ -48,6 +55,18 @@ def _spark_settings() -> list[str]:
         r"^spark\.driver\.extraJavaOptions\s+(.*)$", text, flags=re.M).group(1)
     os.environ["PYSPARK_SUBMIT_ARGS"] = f"--properties-file {path} pyspark-shell"
     return ["--properties-file", path]
+
+
+def _archive_fits(archive: str, empty: str) -> bool:
+    """Whether this environment has an archive written for the pyspark it holds now: Java
+    ignores a stale one without a word, and every JVM would start slower than without it."""
+    import sysconfig
+    # this environment's pyspark (a Spark application's driver imports it from a zip)
+    jars = os.path.join(sysconfig.get_paths()["purelib"], "pyspark", "jars")
+    try:
+        return not os.listdir(empty) and os.path.getmtime(archive) >= os.path.getmtime(jars)
+    except OSError:  # no archive, or no pyspark here
+        return False
 
 
 SPARK_SUBMIT_SETTINGS = _spark_settings()
