@@ -2,7 +2,7 @@
 
 ``make`` runs this once after pip, in .venv (the environment ``make test`` runs Spark from).
 Every Spark JVM the tests start (drivers, executors, Connect servers, a standalone
-cluster's daemons) loads and verifies ~14,000 classes from pyspark's jars before it runs
+cluster's daemons) loads and verifies ~17,000 classes from pyspark's jars before it runs
 anything; Java 17's application class-data sharing maps them, already parsed and verified,
 from this archive instead. A ``local-cluster[2,1,1024]`` session that starts and runs a few
 small queries took 19.1-19.4 s of CPU without it and 12.1-12.4 s with it (bench/RESULTS.md).
@@ -18,7 +18,7 @@ path maps it.
 Java takes an archive only with the class path it was written for, and refuses one that
 holds a directory with files in it: Spark puts ``SPARK_CONF_DIR`` first on every JVM's class
 path, so the tests point it at ``<environment>/spark-jvm/conf``, kept empty, and give
-Spark its settings with ``--properties-file`` instead (tests/conftest.py: spark_settings).
+Spark its settings with ``--properties-file`` instead (tests/conftest.py: _spark_settings).
 When anything here fails, it says why and writes no archive: the tests run without it.
 
     python scripts/spark_jvm_archive.py
@@ -32,11 +32,19 @@ import subprocess
 import sys
 import tempfile
 
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 HERE = os.path.join(sys.prefix, "spark-jvm")
 ARCHIVE = os.path.join(HERE, "spark.jsa")
 EMPTY_CONF = os.path.join(HERE, "conf")  # SPARK_CONF_DIR of the tests: must stay empty
-# the flags the tests' JVMs run with (tests/spark-conf/spark-defaults.conf)
-FLAGS = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
+# what Spark's launcher gives every JVM besides its settings
+MODULES = "--add-modules=jdk.incubator.vector"
+
+
+def jvm_flags() -> list[str]:
+    """The flags the tests' JVMs run with: tests/spark-conf/spark-defaults.conf's."""
+    with open(os.path.join(ROOT, "tests", "spark-conf", "spark-defaults.conf")) as f:
+        return re.search(r"^spark\.driver\.extraJavaOptions\s+(.*)$", f.read(),
+                         flags=re.M).group(1).split()
 
 WORKLOAD = r'''
 import sys
@@ -84,9 +92,10 @@ def fail(why: str) -> None:
 def main() -> None:
     shutil.rmtree(HERE, ignore_errors=True)
     os.makedirs(EMPTY_CONF)
+    flags = jvm_flags()
     with tempfile.TemporaryDirectory(prefix="sparktf-jvm-archive-") as work:
         lists = [os.path.join(work, f"{role}.classlist") for role in ("driver", "executor")]
-        options = [" ".join([*FLAGS, f"-XX:DumpLoadedClassList={path}"]) for path in lists]
+        options = [" ".join([*flags, f"-XX:DumpLoadedClassList={path}"]) for path in lists]
         env = {**os.environ, "SPARK_CONF_DIR": EMPTY_CONF, "SPARK_PRINT_LAUNCH_COMMAND": "1"}
         env.pop("PYSPARK_SUBMIT_ARGS", None)
         env["PYSPARK_PYTHON"] = sys.executable  # the executor's Python workers: this one
@@ -112,19 +121,17 @@ def main() -> None:
             f.write("\n".join(sorted(names)) + "\n")
         dumped = subprocess.run(
             [java, "-Xshare:dump", f"-XX:SharedClassListFile={merged}",
-             f"-XX:SharedArchiveFile={ARCHIVE}", *FLAGS, "--add-modules=jdk.incubator.vector",
-             "-cp", class_path], capture_output=True, text=True, timeout=600)
+             f"-XX:SharedArchiveFile={ARCHIVE}", *flags, MODULES, "-cp", class_path],
+            capture_output=True, text=True, timeout=600)
         if dumped.returncode != 0 or not os.path.exists(ARCHIVE):
             fail(f"java -Xshare:dump failed:\n{dumped.stdout[-2000:]}{dumped.stderr[-2000:]}")
         # a JVM with Spark's class path must map it (-Xshare:on fails where auto would not)
         check = subprocess.run(
-            [java, "-Xshare:on", f"-XX:SharedArchiveFile={ARCHIVE}", *FLAGS,
-             "--add-modules=jdk.incubator.vector", "-cp", class_path, "-version"],
+            [java, "-Xshare:on", f"-XX:SharedArchiveFile={ARCHIVE}", *flags, MODULES,
+             "-cp", class_path, "-version"],
             capture_output=True, text=True, timeout=120)
         if check.returncode != 0:
             fail(f"a JVM refused the archive:\n{check.stdout[-2000:]}{check.stderr[-2000:]}")
-    if os.listdir(EMPTY_CONF):
-        fail(f"{EMPTY_CONF} is not empty")
     jars = len(glob.glob(os.path.join(os.path.dirname(class_path.split(":")[-1]), "*.jar")))
     print(f"spark_jvm_archive: {len(names)} classes of {jars} jars in {ARCHIVE} "
           f"({os.path.getsize(ARCHIVE) // 2**20} MB)")

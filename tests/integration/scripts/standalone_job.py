@@ -44,11 +44,6 @@ def spark_home() -> str:
     return os.path.dirname(pyspark.__file__)
 
 
-@contextlib.contextmanager
-def _nothing():
-    yield None
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -65,7 +60,8 @@ class Daemon:
         own lines whole (Spark copies them in chunks, which its JVM's lines could split)."""
         self.name, self.log_path = name, os.path.join(log_dir, f"{name}.log")
         self._lines: queue.Queue = queue.Queue()
-        with open(f"{self.log_path}.stderr", "w") if stderr_apart else _nothing() as err:
+        apart = open(f"{self.log_path}.stderr", "w") if stderr_apart else None
+        with apart or contextlib.nullcontext() as err:
             self.proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
                                          stderr=err or subprocess.STDOUT, text=True,
                                          start_new_session=True)
