@@ -10,11 +10,17 @@ JVM_ARCHIVE := $(VENV)/.sparktf-jvm-archive
 # again on every import (12.7 s instead of 6 s). scripts/write_bytecode.py writes most of it
 # once, after each environment's pip install.
 unexport PYTHONDONTWRITEBYTECODE
-# A second environment at the lowest versions sparktf declares (constraints-lowest.txt).
+# A second environment at the lowest versions sparktf declares (constraints-lowest.txt:
+# pyspark 3.5, TensorFlow 2.16, NumPy 1.26), and a third at the newest releases pip
+# resolves with no constraints at all.
 LOWEST := .venv-lowest
 LOWEST_STAMP := $(LOWEST)/.sparktf-installed
+NEWEST := .venv-newest
+NEWEST_STAMP := $(NEWEST)/.sparktf-installed
+# what the tests need beyond sparktf, in the versions of the tested set
+TEST_PINS = $$(grep -E '^(pytest|pytest-timeout|iniconfig|pluggy|hypothesis|sortedcontainers)==' constraints.txt)
 
-.PHONY: demo test test-lowest test-cluster lint unit integration fuzz bench java-check clean \
+.PHONY: demo test test-lowest test-newest test-cluster lint unit integration fuzz bench java-check clean \
 	environments
 
 $(INSTALLED): pyproject.toml setup.cfg Makefile constraints.txt
@@ -36,19 +42,31 @@ $(JVM_ARCHIVE): $(INSTALLED)
 	$(BIN)/python scripts/spark_jvm_archive.py
 	touch $(JVM_ARCHIVE)
 
-# The lower bounds first, then sparktf under them as constraints: pip must not move them.
+# The lower bounds first, then sparktf as a user installs it (no constraints): nothing the
+# runtime holds may move (scripts/check_pins.py).
 $(LOWEST_STAMP): pyproject.toml constraints-lowest.txt constraints.txt Makefile
 	test -x $(LOWEST)/bin/python || $(PYTHON) -m venv $(LOWEST)
 	$(LOWEST)/bin/python -m pip install --quiet --upgrade pip
 	$(LOWEST)/bin/python -m pip install --quiet --no-compile -r constraints-lowest.txt
-	$(LOWEST)/bin/python -m pip install --quiet --no-compile -c constraints-lowest.txt -e . \
-		$$(grep -E '^(pytest|pytest-timeout|iniconfig|pluggy|hypothesis|sortedcontainers)==' constraints.txt)
+	$(LOWEST)/bin/python -m pip install --quiet --no-compile -e . $(TEST_PINS)
+	$(LOWEST)/bin/python scripts/check_pins.py constraints-lowest.txt
 	$(LOWEST)/bin/python scripts/write_bytecode.py --zips
 	$(LOWEST)/bin/python scripts/write_bytecode.py
 	touch $(LOWEST_STAMP)
 
+# The newest releases pip resolves for sparktf with no constraints (`pip install .`),
+# built again once a day: the next release of a dependency is tested the day it appears.
+$(NEWEST_STAMP): pyproject.toml constraints.txt Makefile
+	rm -rf $(NEWEST) && $(PYTHON) -m venv $(NEWEST)
+	$(NEWEST)/bin/python -m pip install --quiet --upgrade pip
+	$(NEWEST)/bin/python -m pip install --quiet --no-compile -e . $(TEST_PINS)
+	$(NEWEST)/bin/python scripts/write_bytecode.py --zips
+	$(NEWEST)/bin/python scripts/write_bytecode.py
+	touch $(NEWEST_STAMP)
+
 environments:
-	@$(MAKE) --no-print-directory -j2 $(STAMP) $(JVM_ARCHIVE) $(LOWEST_STAMP)
+	@find $(NEWEST_STAMP) -mtime +0 -delete 2>/dev/null || true
+	@$(MAKE) --no-print-directory -j2 $(STAMP) $(JVM_ARCHIVE) $(LOWEST_STAMP) $(NEWEST_STAMP)
 
 java-check:
 	@scripts/check_java.sh
@@ -56,13 +74,15 @@ java-check:
 demo: java-check $(STAMP)
 	$(BIN)/python -m examples.demo
 
-# The two environments are built at once (a pip install runs on one core).
-# The generated cases and the lowest versions' run (the unit tests and one fit, in their
-# own environment) are pytests of their own, run as jobs beside the in-process tests
-# (tests/integration/test_separate_runs.py); either failing fails make test.
+# The environments are built two at a time (a pip install runs on one core).
+# The generated cases and the runs at the lowest and at the newest versions (the unit
+# tests and the smoke of every environment, tests/integration/test_smoke.py) are pytests
+# of their own, run as jobs beside the in-process tests
+# (tests/integration/test_separate_runs.py); any failing fails make test.
 test: java-check environments lint
-	SPARKTF_LOWEST_RUN="$(LOWEST_RUN)" $(BIN)/python -m pytest --durations=30 \
-		--ignore=tests/generated tests
+	SPARKTF_LOWEST_RUN="$(call VERSION_RUN,$(LOWEST))" \
+		SPARKTF_NEWEST_RUN="$(call VERSION_RUN,$(NEWEST))" \
+		$(BIN)/python -m pytest --durations=30 --ignore=tests/generated tests
 
 # The generated cases (Hypothesis) with the large budget: 1,000 column frames through the
 # runtime in one process (and 200 with a null), 600 Keras models against the padding
@@ -79,14 +99,17 @@ lint: $(STAMP)
 	$(BIN)/ruff check sparktf tests bench examples scripts
 	$(BIN)/lint-imports
 
-# The unit tests and one fit + transform at the lowest declared versions. The process
-# lifecycle tests of spares and task watchdogs (a minute of forks and TensorFlow imports,
-# the same at any version) run in `make test` only: the smoke fit forks from spares here.
-LOWEST_RUN := $(LOWEST)/bin/python -m pytest -p no:cacheprovider tests/unit \
+# The unit tests and the smoke (fit, transform, SQL, save/load, resume, CrossValidator,
+# HalvingSearch, sparktf.run) in the environment $(1). The process lifecycle tests of
+# spares and task watchdogs (a minute of forks and TensorFlow imports, the same at any
+# version) run in the main environment only: the smoke's fits fork from spares here.
+VERSION_RUN = $(1)/bin/python -m pytest -p no:cacheprovider tests/unit \
 	tests/integration/test_smoke.py --deselect tests/unit/test_spare.py \
 	--deselect tests/unit/test_task_watchdog.py
 test-lowest: java-check $(LOWEST_STAMP)
-	$(LOWEST_RUN)
+	$(call VERSION_RUN,$(LOWEST))
+test-newest: java-check $(NEWEST_STAMP)
+	$(call VERSION_RUN,$(NEWEST))
 
 # A Spark standalone cluster (a master and 3 workers from the installed pyspark) and
 # applications submitted to it with spark-submit; part of `make test` too.
@@ -104,4 +127,4 @@ bench: java-check $(STAMP)
 	$(BIN)/python bench/feed_bench.py
 
 clean:
-	rm -rf $(VENV) $(LOWEST) build *.egg-info .pytest_cache
+	rm -rf $(VENV) $(LOWEST) $(NEWEST) build *.egg-info .pytest_cache

@@ -128,9 +128,12 @@ def run(spark, main_fn: Callable[[Any, Any], Any], args: Any = None, *, numWorke
     columns = tuple(df.columns) if df is not None else ()
     if df is not None:
         schema.check_feedable(df.schema, columns)
+    resources = TaskResources.checked(taskCpus, taskGpus)
+    if resources is not None:
+        resources.check_stage(df is not None or sessions.is_connect(spark))
     return launch(spark, LaunchSpec(payload, numWorkers, numPs, columns=columns, use_gpu=useGpu,
                                     timeout=timeout, evaluator=evaluator,
-                                    resources=TaskResources.checked(taskCpus, taskGpus)), df)
+                                    resources=resources), df)
 
 
 def validate_launch(num_workers, num_ps, use_gpu, timeout) -> None:

@@ -7,6 +7,7 @@ import dataclasses
 import math
 import numbers
 
+from sparktf._driver import versions
 from sparktf.errors import InvalidInputError
 
 
@@ -42,6 +43,19 @@ class TaskResources:
     def scale(self, slots: int, default_cpus: int) -> int:
         """``slots`` tasks of ``default_cpus`` CPUs each, as tasks of this profile."""
         return slots if self.cpus is None else slots * default_cpus // self.cpus
+
+    def check_stage(self, on_frame: bool) -> None:
+        """Refuses a profile the installed pyspark cannot put on the training stage:
+        ``on_frame`` when the stage is a DataFrame's (``mapInArrow``), which takes one from
+        pyspark 4.0 (an RDD's barrier stage takes one from 3.1)."""
+        if on_frame:
+            versions.require(
+                versions.FRAME_STAGE_PROFILE,
+                f"taskCpus={self.cpus}, taskGpus={self.gpus} (a ResourceProfile on the "
+                "training stage, a DataFrame's barrier mapInArrow)",
+                "unset taskCpus and taskGpus and give every task of the application that "
+                "much with spark.task.cpus and spark.task.resource.gpu.amount, or upgrade "
+                "pyspark")
 
     def check(self, conf: dict[str, str]) -> None:
         """Refuses GPU requests that no executor can satisfy, before the stage starts."""

@@ -91,8 +91,9 @@ def barrier_job(session: sessions.Session, frame, num_tasks: int,
             batches = (batch.rename_columns(names) for batch in batches)
         return task_runtime.run_task(spec, batches)
 
-    return frame.mapInArrow(barrier_task, "rank int, result binary", barrier=True,
-                            profile=profile)
+    # profile= is pyspark 4.0's (resources.check_stage refused one before, on 3.5)
+    extra = {"profile": profile} if profile is not None else {}
+    return frame.mapInArrow(barrier_task, "rank int, result binary", barrier=True, **extra)
 
 
 # An executor keeps one pool of Python workers per interpreter and environment. Spark SQL's

@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import socket
 
+from sparktf._driver import versions
+
 CHANNEL_HOST_CONF = "spark.sparktf.channelHost"
 CHANNEL_HOST_ENV = "SPARKTF_CHANNEL_HOST"
 
@@ -26,6 +28,10 @@ class Session:
     def __init__(self, spark):
         self.spark = spark
         self.connect = is_connect(spark)
+        if self.connect:
+            versions.require(versions.CONNECT_ML, "sparktf on Spark Connect",
+                             "use a classic SparkSession (SparkSession.builder without "
+                             "remote), or upgrade pyspark")
         self._conf: dict[str, str] | None = None
 
     @property

@@ -9,8 +9,9 @@ import os
 from pyspark.sql import DataFrame
 
 from sparktf import tensorboard
-from sparktf._driver import checks
+from sparktf._driver import checks, sessions
 from sparktf._driver import schema as schema_checks
+from sparktf._driver.resources import TaskResources
 from sparktf.errors import InvalidInputError
 from sparktf.ml import runs
 from sparktf.runtime import training
@@ -44,6 +45,10 @@ def check(est, dataset: DataFrame, features: list[str]) -> None:
                                 "numPs=0 without evaluator=True; unset one of them")
     if est.getTensorboard():
         tensorboard.check_available()
+    resources = TaskResources.checked(est.getTaskCpus(), est.getTaskGpus())
+    if resources is not None:  # inputMode="parquet" on a classic session: an RDD's stage
+        resources.check_stage(est.getInputMode() != "parquet" or
+                              sessions.is_connect(dataset.sparkSession))
     schema_checks.check_feedable(dataset.schema, features, "feature")
     labels = est.labelColumns()
     for label in labels:

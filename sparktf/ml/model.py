@@ -13,7 +13,7 @@ from pyspark.ml.util import MLReadable, MLWritable
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
-from sparktf._driver import checks, schema, sessions
+from sparktf._driver import checks, schema, sessions, versions
 from sparktf.errors import InvalidInputError
 from sparktf.ml import call_counts
 from sparktf.ml.params import _TFModelParams, add_setters, without_none
@@ -356,21 +356,61 @@ def _call_counter(spec: ScoreSpec, sc, df_schema):
 
 def _arrow_udf(spec: ScoreSpec, return_type, pick, counts=None):
     """An iterator Arrow UDF scoring ``spec.inputs``; ``pick(names, arrays)`` forms its result;
-    ``counts`` (an accumulator) takes each task's (calls, rows, longest length called)."""
+    ``counts`` (an accumulator) takes each task's (calls, rows, longest length called).
+    On pyspark before 4.1, which has no Arrow UDF, the same scoring as a pandas UDF."""
     import pyarrow as pa
-    from pyspark.sql.functions import arrow_udf
 
-    def score(batches):
-        columns = ((a,) if isinstance(a, (pa.Array, pa.ChunkedArray)) else a for a in batches)
+    def scored(columns):
         report = counts.add if counts is not None else None
         for struct in inference.score_arrays(spec, columns, report):
             names = [struct.type.field(i).name for i in range(struct.type.num_fields)]
             yield pick(names, [struct.field(i) for i in range(len(names))])
 
     n = len(spec.inputs)
+    if not versions.has(versions.ARROW_UDF):
+        return _pandas_udf(scored, n, return_type)
+    from pyspark.sql.functions import arrow_udf
+
+    def score(batches):
+        return scored((a,) if isinstance(a, (pa.Array, pa.ChunkedArray)) else a
+                      for a in batches)
+
     if n == 1:
         score.__annotations__ = {"batches": Iterator[pa.Array], "return": Iterator[pa.Array]}
     else:
         score.__annotations__ = {"batches": Iterator[Tuple[(pa.Array,) * n]],
                                  "return": Iterator[pa.Array]}
     return arrow_udf(score, return_type)
+
+
+def _pandas_udf(scored, n: int, return_type):
+    """``scored`` (Arrow columns in, Arrow results out) as pyspark 3.5's iterator pandas UDF:
+    each batch's Series go back to Arrow, and the results to pandas. A float column's nulls
+    reach the model as NaN, as pandas holds them (an Arrow UDF would see nulls)."""
+    import pandas as pd
+    import pyarrow as pa
+    from pyspark.sql.functions import pandas_udf
+
+    def arrow(column) -> pa.Array:
+        if isinstance(column, pd.DataFrame):  # a struct (an ml Vector): a field a column
+            fields = [pa.array(column[name], from_pandas=True) for name in column.columns]
+            return pa.StructArray.from_arrays(
+                fields, names=list(column.columns),
+                mask=pa.array(column.isna().all(axis=1).to_numpy()))
+        return pa.array(column, from_pandas=False)
+
+    def pandas(result: pa.Array):
+        if pa.types.is_struct(result.type):
+            return pa.Table.from_arrays(result.flatten(), names=[
+                result.type.field(i).name for i in range(result.type.num_fields)]).to_pandas()
+        return result.to_pandas()
+
+    def score(batches):
+        columns = ((arrow(s),) if n == 1 else tuple(map(arrow, s)) for s in batches)
+        return map(pandas, scored(columns))
+
+    out = pd.DataFrame if isinstance(return_type, T.StructType) else pd.Series
+    score.__annotations__ = {
+        "batches": Iterator[pd.Series] if n == 1 else Iterator[Tuple[(pd.Series,) * n]],
+        "return": Iterator[out]}
+    return pandas_udf(score, return_type)

@@ -17,7 +17,7 @@ import cloudpickle
 from pyspark.ml.util import DefaultParamsReader, DefaultParamsWriter, MLReader, MLWriter
 
 import sparktf
-from sparktf._driver import pickling, sessions
+from sparktf._driver import pickling, sessions, versions
 from sparktf.errors import InvalidInputError
 from sparktf.runtime import storage
 from sparktf.runtime.training.spec import KERAS_FILE
@@ -79,6 +79,13 @@ def _check_format(metadata: dict, path: str) -> None:
             f"{FORMAT_VERSION}. Load it with the sparktf version that saved it, or retrain.")
 
 
+def spark_of(io):
+    """What pyspark's ML persistence helpers take from an ``MLWriter`` or ``MLReader``
+    ``io``: the session from pyspark 4.0 (Spark Connect has no SparkContext), 3.5's
+    SparkContext before it."""
+    return io.sparkSession if versions.has(versions.CONNECT_ML) else io.sc
+
+
 def _load_instance(cls, path: str, sc):
     """A ``cls`` with the uid and Params saved at ``path``, after checking the format."""
     metadata = DefaultParamsReader.loadMetadata(path, sc)
@@ -105,7 +112,7 @@ class _StageWriter(MLWriter):
             super()._handleOverwrite(path)
 
     def saveImpl(self, path: str) -> None:
-        DefaultParamsWriter.saveMetadata(self.instance, path, self.sparkSession,
+        DefaultParamsWriter.saveMetadata(self.instance, path, spark_of(self),
                                          extraMetadata={**_extra(), **self.extra_metadata()},
                                          paramMap=_json_params(self.instance, self.leave_out))
         self.save_artifacts(path)
@@ -125,7 +132,7 @@ class _StageReader(MLReader):
         self.cls = cls
 
     def load(self, path: str):
-        instance = _load_instance(self.cls, path, self.sparkSession)
+        instance = _load_instance(self.cls, path, spark_of(self))
         self.load_artifacts(instance, path)
         return instance
 

@@ -18,7 +18,7 @@ import uuid
 
 from pyspark.util import inheritable_thread_target
 
-from sparktf._driver import sessions
+from sparktf._driver import sessions, versions
 from sparktf.errors import SparkTFError, TaskFailedError
 from sparktf.ml import halving, search_journal, trials
 
@@ -105,7 +105,7 @@ class Search:
                         if job is None:
                             break
                         self._starting(*job)
-                        running[pool.submit(inheritable_thread_target(spark)(train),
+                        running[pool.submit(_inheritable(spark)(train),
                                             job[0], job[2])] = job
                     if not running:
                         break
@@ -222,3 +222,10 @@ class Search:
                 "metrics": [self.sign * m for m in trial.metrics],
                 "stopReason": reason,
                 "history": self.runner.histories.get(trial.index, {})}
+
+
+def _inheritable(spark):
+    """pyspark's wrapper of a thread's target that carries the caller's job properties
+    (and, from pyspark 4.0, a Connect session's tags) into the thread."""
+    return inheritable_thread_target(spark) if versions.has(versions.CONNECT_ML) \
+        else inheritable_thread_target

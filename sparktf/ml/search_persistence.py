@@ -16,7 +16,13 @@ from pyspark.ml.param import Param
 from pyspark.ml.util import DefaultParamsReader
 
 from sparktf.ml import trials
-from sparktf.ml.persistence import _NOT_JSON, _StageReader, _StageWriter, json_view
+from sparktf.ml.persistence import (
+    _NOT_JSON,
+    _StageReader,
+    _StageWriter,
+    json_view,
+    spark_of,
+)
 from sparktf.runtime import storage
 
 OBJECTS = ("estimator", "evaluator")  # saved in folders of their own
@@ -65,7 +71,7 @@ class _SearchReader(_StageReader):
             folder = storage.join(path, name)
             if storage.exists(folder):
                 instance._set(**{name: DefaultParamsReader.loadParamsInstance(
-                    folder, self.sparkSession)})
+                    folder, spark_of(self))})
         blob = cloudpickle.loads(storage.read_bytes(storage.join(path, SEARCH_FILE)))
         params = _params_of(instance.getEstimator())
         if "estimatorParamMaps" in blob["set"]:
@@ -107,7 +113,7 @@ class SearchModelReader(_SearchReader):
 
     def more(self, instance, path: str, blob: dict, params: dict) -> None:
         instance.bestModel = DefaultParamsReader.loadParamsInstance(
-            storage.join(path, BEST_MODEL), self.sparkSession)
+            storage.join(path, BEST_MODEL), spark_of(self))
         instance.bestParams = _resolved(blob["bestParams"], params)
         saved = json.loads(storage.read_bytes(storage.join(path, TRIALS_FILE)))
         instance.bestTrial, instance.trialRecords = saved["bestTrial"], saved["trials"]

@@ -207,7 +207,7 @@ def describe(arr: pa.Array) -> ColumnInfo:
     if _is_text(leaf):
         dtype = BYTES if pa.types.is_binary(leaf) or pa.types.is_large_binary(leaf) else STRING
     else:
-        dtype = leaf.to_pandas_dtype().__name__
+        dtype = np.dtype(leaf.to_pandas_dtype()).name  # 'bool', not NumPy 1's 'bool_'
     shape: list = []
     longest = 0
     level = arr
