@@ -78,11 +78,13 @@ demo: java-check $(STAMP)
 # The generated cases and the runs at the lowest and at the newest versions (the unit
 # tests and the smoke of every environment, tests/integration/test_smoke.py) are pytests
 # of their own, run as jobs beside the in-process tests
-# (tests/integration/test_separate_runs.py); any failing fails make test.
+# (tests/integration/test_separate_runs.py); any failing fails make test. The main
+# environment's suite tests each part of the smoke in depth, and runs it no more.
 test: java-check environments lint
 	SPARKTF_LOWEST_RUN="$(call VERSION_RUN,$(LOWEST))" \
 		SPARKTF_NEWEST_RUN="$(call VERSION_RUN,$(NEWEST))" \
-		$(BIN)/python -m pytest --durations=30 --ignore=tests/generated tests
+		$(BIN)/python -m pytest --durations=30 --ignore=tests/generated \
+		--ignore=tests/integration/test_smoke.py tests
 
 # The generated cases (Hypothesis) with the large budget: 1,000 column frames through the
 # runtime in one process (and 200 with a null), 600 Keras models against the padding

@@ -1,10 +1,11 @@
 """What every environment must pass: a Pipeline's fit, transform, a SQL UDF, save and load,
 a resumed run, ``CrossValidator``, ``HalvingSearch`` and ``sparktf.run`` on local-cluster.
 
-``make test`` runs it in the main environment (``constraints.txt``) and, with the unit
-tests, in two more: the lowest versions sparktf declares (``constraints-lowest.txt``:
-pyspark 3.5, TensorFlow 2.16, NumPy 1.26) and the newest releases pip resolves with no
-constraints (tests/integration/test_separate_runs.py).
+``make test`` runs it, with the unit tests, in the two environments beside the main one:
+the lowest versions sparktf declares (``constraints-lowest.txt``: pyspark 3.5, TensorFlow
+2.16, NumPy 1.26) and the newest releases pip resolves with no constraints
+(tests/integration/test_separate_runs.py). The main environment's suite tests each of
+its parts in depth (test_pipeline, test_model, test_resume_exact, test_tuning, test_run).
 """
 
 import numpy as np
@@ -81,4 +82,4 @@ def test_fit_transform_sql_persistence_resume_tuning_and_run(spark, tmp_path):
     # sparktf.run: each worker's share of the frame, every row once
     assert sum(sparktf.run(spark, _rows_sum, numWorkers=2, df=df)) == 240
     print(f"\nsmoke on {_versions()}: losses {[round(v, 4) for v in losses]}, "
-          f"CrossValidator rmse {[round(v, 4) for v in cv.avgMetrics]}")
+          f"CrossValidator rmse {[round(float(v), 4) for v in cv.avgMetrics]}")
