@@ -15,6 +15,7 @@ from pyspark.ml.evaluation import RegressionEvaluator
 from pyspark.ml.tuning import CrossValidator, ParamGridBuilder
 
 import sparktf
+from sparktf._driver import versions
 from sparktf.ml import TFEstimator
 from sparktf.ml.tuning import HalvingSearch
 from tests.integration import data, models
@@ -30,6 +31,10 @@ def _versions() -> str:
 
     return (f"pyspark {pyspark.__version__}, TensorFlow {tf.__version__}, "
             f"keras {keras.__version__}, numpy {np.__version__}")
+
+
+def _never_built(hparams):
+    raise AssertionError("modelFn ran: a job started before the refusal")
 
 
 def _rows_sum(args, ctx):
@@ -81,5 +86,9 @@ def test_fit_transform_sql_persistence_resume_tuning_and_run(spark, tmp_path):
 
     # sparktf.run: each worker's share of the frame, every row once
     assert sum(sparktf.run(spark, _rows_sum, numWorkers=2, df=df)) == 240
+
+    if not versions.has(versions.FRAME_STAGE_PROFILE):  # pyspark 3.5: refused, no job run
+        with pytest.raises(sparktf.InvalidInputError, match="needs pyspark 4.0 or newer"):
+            TFEstimator(modelFn=_never_built, numWorkers=2, taskCpus=1).fit(df)
     print(f"\nsmoke on {_versions()}: losses {[round(v, 4) for v in losses]}, "
           f"CrossValidator rmse {[round(float(v), 4) for v in cv.avgMetrics]}")
