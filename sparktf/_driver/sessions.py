@@ -22,6 +22,45 @@ def is_connect(spark) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
+def _release_executions_at_stop(session_class) -> None:
+    """Makes a Connect session's ``stop()`` wait for its client's pending releases of
+    finished executions before it releases the session (pyspark 4.1 to 4.3 release the
+    session first). A query ``show(3)`` left running on the executors (a ``transform``
+    scoring its partitions) is released asynchronously; released after the session, the
+    server logged ``ERROR ErrorUtils ... releaseExecute ... INVALID_HANDLE.SESSION_CLOSED``
+    and a stack trace, with nothing lost. Installed once, on the first Connect session
+    sparktf meets; ``stop()`` itself is pyspark's."""
+    stop = session_class.stop
+    if getattr(stop, "_sparktf_releases_first", False):
+        return
+
+    def stop_after_releases(session):
+        try:
+            _await_releases(session.client)
+        except Exception:  # noqa: BLE001 - stop() is best effort, as pyspark's own
+            pass
+        return stop(session)
+
+    stop_after_releases._sparktf_releases_first = True
+    stop_after_releases.__doc__ = stop.__doc__
+    session_class.stop = stop_after_releases
+
+
+def _await_releases(client, timeout_s: float = 10.0) -> None:
+    """Waits (at most ``timeout_s``) for ``client``'s pending ``ReleaseExecute`` calls."""
+    import concurrent.futures
+
+    pending = getattr(client, "_release_futures", None)  # pyspark 4.3
+    if pending is not None:
+        concurrent.futures.wait(list(pending), timeout=timeout_s)
+        return
+    from pyspark.sql.connect.client.reattach import ExecutePlanResponseReattachableIterator
+
+    # 4.1: the releases run in a pool of the class; shutting it down waits for them (the
+    # next query makes a new pool)
+    ExecutePlanResponseReattachableIterator.shutdown()
+
+
 class Session:
     """A SparkSession as sparktf's driver uses it."""
 
@@ -32,6 +71,7 @@ class Session:
             versions.require(versions.CONNECT_ML, "sparktf on Spark Connect",
                              "use a classic SparkSession (SparkSession.builder without "
                              "remote), or upgrade pyspark")
+            _release_executions_at_stop(type(spark))
         self._conf: dict[str, str] | None = None
 
     @property

@@ -144,11 +144,12 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                     frame, self._parquet_folder(), self.getNumWorkers()))
                 frame = None  # the workers read the files themselves
             return self._launch(dataset.sparkSession, payload, run_dir, frame, columns, split,
-                                parquet_uri)
+                                parquet_uri, dataset.schema)
 
-    def _launch(self, spark, payload, run_dir, frame, columns, split, parquet_uri) -> TFModel:
+    def _launch(self, spark, payload, run_dir, frame, columns, split, parquet_uri,
+                schema) -> TFModel:
         """Runs the training stage, relaunched from the last checkpoint as the failure
-        policy allows."""
+        policy allows; ``schema``: the fitted frame's (MLflow's model signature)."""
         resources = TaskResources.checked(self.getTaskCpus(), self.getTaskGpus())
         if self.getTensorboard():
             tensorboard.start(storage.parent(run_dir))
@@ -173,7 +174,7 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
                 # MLflow is optional: only if the app uses it
                 if "mlflow" in sys.modules and LOGS_TO_MLFLOW.get():
                     from sparktf.ml import tracking
-                    tracking.log_fit(self, model)
+                    tracking.log_fit(self, model, schema)
                 return model
             except SparkTFError as failure:
                 decision = policy.decide(failure, retries)

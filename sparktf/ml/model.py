@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from typing import Iterator, Tuple
 
@@ -18,7 +19,7 @@ from sparktf.errors import InvalidInputError
 from sparktf.ml import call_counts
 from sparktf.ml.params import _TFModelParams, add_setters, without_none
 from sparktf.ml.persistence import TFModelReader, TFModelWriter
-from sparktf.runtime import storage, worker_tuning
+from sparktf.runtime import storage, tf_startup, worker_tuning
 from sparktf.runtime.scoring import inference, length_groups, saved_models
 from sparktf.runtime.scoring.spec import (
     MULTICLASS,
@@ -29,7 +30,13 @@ from sparktf.runtime.scoring.spec import (
     ScoreSpec,
     per_row_kind,
 )
-from sparktf.runtime.training.spec import BUILDER_IN_SAVED_MODEL, KERAS_FILE, KERAS_IN_SAVED_MODEL
+from sparktf.runtime.training import export, keras_steps
+from sparktf.runtime.training.spec import (
+    BUILDER_IN_SAVED_MODEL,
+    KERAS_FILE,
+    KERAS_IN_SAVED_MODEL,
+    SAVED_MODEL,
+)
 
 MLFLOW_SCHEMES = ("runs:/", "models:/")  # modelPath naming a model sparktf logged to MLflow
 _SPARK_TYPES = {"float32": T.FloatType(), "float64": T.DoubleType(), "int32": T.IntegerType(),
@@ -90,6 +97,56 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
                   fromLogits=False, history=None, padLength=None):
         """Sets the given Params; see the constructor."""
         return self._set(**without_none(self._input_kwargs))
+
+    @classmethod
+    def from_keras(cls, model, path: str, *, custom_objects: dict | None = None,
+                   **params) -> "TFModel":
+        """A ``TFModel`` over a Keras model trained elsewhere: a ``keras.Model`` in memory,
+        or the path of its ``.keras`` file (loaded by ``keras.saving.load_model`` with
+        ``custom_objects``).
+
+        The model is exported to ``path`` (a folder that must not exist yet; a local path
+        or any URI pyarrow can write) as ``TFEstimator.fit`` exports: the SavedModel and its
+        serving signature, the ``.keras`` file ``getKerasModel()`` returns, and which inputs
+        the model masks, so that sequences score unpadded at their own lengths as for a
+        model sparktf fitted. ``predictionKind`` and ``fromLogits`` follow the model's
+        compiled loss, as after a fit; ``params`` are ``TFModel``'s Params (the column
+        bindings: ``featuresCol``, ``inputCols``, ``inputMapping``, ``outputMapping``...).
+        Inside an active MLflow run, the model is logged to it, as a fit's is.
+
+        Examples
+        --------
+        >>> scorer = TFModel.from_keras("gru.keras", "/models/gru",
+        ...                             featuresCol="tokens")          # doctest: +SKIP
+        >>> scorer.transform(df)                                       # doctest: +SKIP
+        """
+        keras_model = _keras_model(model, custom_objects)
+        unknown = sorted(set(params) - {p.name for p in cls().params})
+        if unknown:
+            raise InvalidInputError(f"TFModel has no Params {unknown}; see TFModel's Params. "
+                                    f"Received: {params}")
+        if storage.exists(path):
+            raise InvalidInputError(
+                f"from_keras exports the model to a new folder, and {path!r} exists: give a "
+                "path that does not exist yet (the export would replace what is there).")
+        kind, from_logits = keras_steps.prediction_kind(keras_model)
+        with tempfile.TemporaryDirectory(prefix="sparktf-export-",
+                                         dir=storage.scratch_root()) as local:
+            folder = os.path.join(local, SAVED_MODEL)
+            try:
+                export.write_saved_model(keras_model, folder)
+            except ValueError as e:  # Keras: a model never called declares no inputs
+                raise InvalidInputError(
+                    f"The Keras model could not be exported ({e}). A subclassed model must "
+                    "have been called once on a batch (or be built with its inputs' shapes) "
+                    "for its serving signature to be known.") from e
+            storage.put_dir(folder, path)
+        scorer = cls(modelPath=path, predictionKind=kind, fromLogits=from_logits)
+        scorer._set(**params)
+        if "mlflow" in sys.modules:  # MLflow is optional: only if the app uses it
+            from sparktf.ml import tracking
+            tracking.log_imported(scorer)
+        return scorer
 
     def write(self):
         """An ``MLWriter``: Params metadata plus a copy of the SavedModel in the stage folder
@@ -414,3 +471,22 @@ def _pandas_udf(scored, n: int, return_type):
         "batches": Iterator[pd.Series] if n == 1 else Iterator[Tuple[(pd.Series,) * n]],
         "return": Iterator[out]}
     return pandas_udf(score, return_type)
+
+
+def _keras_model(model, custom_objects: dict | None):
+    """``model`` as a Keras model: itself, or the ``.keras`` file it names, loaded."""
+    if isinstance(model, (str, os.PathLike)):
+        with tf_startup.quiet_start():  # on a driver, among the user's own lines
+            import keras
+
+        path = os.fspath(model)
+        if not path.endswith(".keras") or not storage.exists(path):
+            raise InvalidInputError(f"from_keras takes a Keras model or the path of a "
+                                    f"'.keras' file that exists. Received: {path!r}")
+        with tempfile.TemporaryDirectory(prefix="sparktf-keras-") as folder:
+            local = _local_file(path, os.path.join(folder, KERAS_FILE))
+            return keras.saving.load_model(local, custom_objects=custom_objects)
+    if not hasattr(model, "save") or not hasattr(model, "layers"):
+        raise InvalidInputError(f"from_keras takes a Keras model (keras.Model, or a tf_keras "
+                                f"one) or a '.keras' file's path. Received: {model!r}")
+    return model

@@ -23,19 +23,20 @@ logger = logging.getLogger("sparktf")
 _LIMIT = 500
 
 
-def log_search(search, model) -> None:
-    """Logs the finished search to the active MLflow run, if there is one."""
+def log_search(search, model, dataset) -> None:
+    """Logs the finished search to the active MLflow run, if there is one; ``dataset``:
+    the searched frame, whose columns type the logged model's inputs."""
     parent = mlflow.active_run()
     if parent is None:
         return
     try:
-        _log(search, model, parent)
+        _log(search, model, parent, dataset)
     except Exception as e:  # tracking must never cost the user the search
         logger.warning("sparktf: could not log the search to MLflow run %s (%s: %s); the "
                        "search itself is unaffected", parent.info.run_id, type(e).__name__, e)
 
 
-def _log(search, model, parent) -> None:
+def _log(search, model, parent, dataset) -> None:
     client = mlflow.MlflowClient()
     parent_id = parent.info.run_id
     logged = client.get_run(parent_id).data.params
@@ -48,9 +49,12 @@ def _log(search, model, parent) -> None:
         mlflow.log_metric("best_metric", float(best["metrics"][-1]))
     for record in model.trialRecords:
         _child(client, parent.info.experiment_id, parent_id, record)
-    tf_model = model.bestModel.stages[-1] if isinstance(model.bestModel, PipelineModel) \
-        else model.bestModel
-    tracking.log_model(tf_model)
+    if isinstance(model.bestModel, PipelineModel):  # the TFModel stage reads the frame
+        tf_model = model.bestModel.stages[-1]     # its earlier stages make (no job: a plan)
+        dataset = PipelineModel(model.bestModel.stages[:-1]).transform(dataset)
+    else:
+        tf_model = model.bestModel
+    tracking.log_model(tf_model, dataset.schema)
 
 
 def _child(client, experiment_id: str, parent_id: str, record: dict) -> None:

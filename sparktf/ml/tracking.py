@@ -22,6 +22,7 @@ import importlib.metadata
 import logging
 import math
 import os
+import pickle
 import sys
 import tempfile
 
@@ -30,7 +31,7 @@ import pyarrow as pa
 from pyspark.ml.linalg import SparseVector, Vector, Vectors
 
 from sparktf.errors import InvalidInputError
-from sparktf.ml import scratch
+from sparktf.ml import logged_model, scratch
 from sparktf.runtime import storage
 from sparktf.runtime.scoring import inference, saved_models
 from sparktf.runtime.scoring import spec as score_spec
@@ -46,13 +47,17 @@ sys.modules.setdefault("sparktf.runtime.inference", score_spec)
 
 MODEL_NAME = "model"  # the logged model's name (artifact path) in the run
 SAVED_MODEL_ARTIFACT = "saved_model"
+SPEC_ARTIFACT = "score_spec"  # the model's bindings (a ScoreSpec, pickled)
+# the model's code, which MLflow runs to load it (older models logged a pickled object)
+MODEL_CODE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mlflow_model.py")
 # How Spark sends an ml Vector to Python (VectorUDT's sqlType): 0 sparse, 1 dense
 VECTOR_TYPE = pa.struct([("type", pa.int8()), ("size", pa.int32()),
                          ("indices", pa.list_(pa.int32())), ("values", pa.list_(pa.float64()))])
 
 
-def log_fit(estimator, model) -> None:
-    """Logs a finished fit to the active MLflow run, if there is one."""
+def log_fit(estimator, model, schema=None) -> None:
+    """Logs a finished fit to the active MLflow run, if there is one; ``schema``: the
+    fitted frame's, which types the logged model's input columns."""
     run_id = None
     try:
         run = mlflow.active_run()
@@ -69,10 +74,23 @@ def log_fit(estimator, model) -> None:
             mlflow.log_metrics(epoch_metrics(history, epoch), step=epoch + 1)
         for epoch, metrics in worker_metrics(model.getWorkerTimes()):
             mlflow.log_metrics(metrics, step=epoch)
-        log_model(model)
+        log_model(model, schema)
     except Exception as e:  # tracking must never cost the user the trained model
         logger.warning("sparktf: could not log the fit to MLflow run %s (%s: %s); the fit "
                        "itself is unaffected", run_id, type(e).__name__, e)
+
+
+def log_imported(model) -> None:
+    """Logs a TFModel made from a Keras model (``TFModel.from_keras``) to the active MLflow
+    run, if there is one, as a fit's model is logged."""
+    run = mlflow.active_run()
+    if run is None:
+        return
+    try:
+        log_model(model)
+    except Exception as e:  # as for a fit: tracking never costs the user the model
+        logger.warning("sparktf: could not log the model to MLflow run %s (%s: %s); the "
+                       "TFModel itself is unaffected", run.info.run_id, type(e).__name__, e)
 
 
 def worker_metrics(times: dict) -> list[tuple[int, dict[str, float]]]:
@@ -91,15 +109,23 @@ def epoch_metrics(history: dict, epoch: int) -> dict[str, float]:
                 for tag_value in summaries.elements(key, values[epoch]))
 
 
-def log_model(model) -> None:
-    """Logs ``model`` (a TFModel) as a pyfunc model over its SavedModel."""
+def log_model(model, schema=None) -> None:
+    """Logs ``model`` (a TFModel) as a pyfunc model over its SavedModel, with its signature
+    and an input example (``logged_model``): the input columns typed as ``schema`` (the
+    fit's frame's Spark schema) has them, else as the serving signature takes them."""
     version = importlib.metadata.version
     spec = model._score_spec(None)
+    fields, _ = model._output_fields(spec)
     with tempfile.TemporaryDirectory(prefix="sparktf-mlflow-") as local:
         saved = storage.get_dir(spec.model_path, os.path.join(local, SAVED_MODEL_ARTIFACT))
+        bindings = os.path.join(local, SPEC_ARTIFACT)
+        with open(bindings, "wb") as f:
+            pickle.dump(spec, f)
         mlflow.pyfunc.log_model(
-            name=MODEL_NAME, python_model=SparkTFPyfunc(spec),
-            artifacts={SAVED_MODEL_ARTIFACT: saved},
+            name=MODEL_NAME, python_model=MODEL_CODE,
+            artifacts={SAVED_MODEL_ARTIFACT: saved, SPEC_ARTIFACT: bindings},
+            signature=logged_model.signature(spec, fields, schema),
+            input_example=logged_model.example(spec, schema),
             pip_requirements=["sparktf", f"tensorflow=={version('tensorflow')}",
                               f"pyarrow=={version('pyarrow')}", "pandas"])
 
@@ -136,9 +162,12 @@ class SparkTFPyfunc(mlflow.pyfunc.PythonModel):
     """An MLflow pyfunc model: pandas rows in, ``TFModel.transform``'s output columns out."""
 
     def __init__(self, spec):
-        self.spec = spec
+        self.spec = spec  # None in a model logged as code (mlflow_model.py)
 
     def load_context(self, context):
+        if self.spec is None:
+            with open(context.artifacts[SPEC_ARTIFACT], "rb") as f:
+                self.spec = pickle.load(f)
         self.spec = dataclasses.replace(
             self.spec, model_path=context.artifacts[SAVED_MODEL_ARTIFACT])
 

@@ -231,7 +231,7 @@ class HalvingSearch(Estimator, _HalvingSearchParams, MLReadable, MLWritable):
             bestTrial=best))
         if "mlflow" in sys.modules:
             from sparktf.ml import search_tracking
-            search_tracking.log_search(self, model)
+            search_tracking.log_search(self, model, dataset)
         return model
 
     def _search(self, maps, rungs, folder, train, validation, run_id):

@@ -10,7 +10,8 @@ import pytest
 from tests import conftest
 
 SCENARIOS = ["fit_transform", "kinds", "run_with_df", "bad_input", "pipeline_persistence",
-             "cross_validator", "train_validation_split", "halving_search", "streaming"]
+             "cross_validator", "train_validation_split", "halving_search", "streaming",
+             "show_then_stop"]
 JOB = conftest.Job("connect", "tests/integration/scripts/connect_jobs.py",
                    conftest.Job.WORKDIR, *SCENARIOS, expected_s=175)
 
@@ -95,3 +96,14 @@ def test_column_kinds_by_name_and_preprocessing_statistics_on_connect(found):
     assert result["keys"] and result["max_rel_diff"] < 1e-3, result
     assert result["scored"] == result["rows"]
     assert result["vocabulary_equal"]
+
+
+def test_stop_right_after_a_show_over_a_transform_logs_no_error(found):
+    """``spark.stop()`` right after ``transform(...).show(3)``: the session is released
+    after the client's releases of its executions (sessions._release_executions_at_stop),
+    and the server logs no ``releaseExecute ... SESSION_CLOSED`` error."""
+    assert _ok(found, "show_then_stop")["shown"]
+    stderr = JOB.finished().stderr
+    errors = [line for line in stderr.splitlines() if "releaseExecute" in line or
+              "SESSION_CLOSED" in line]
+    assert not errors, "\n".join(errors[:5])

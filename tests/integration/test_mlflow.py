@@ -2,11 +2,13 @@
 metrics and a model MLflow loads and serves (for every kind of model the fit makes);
 TFModel scores a runs:/ URI; autolog on and off."""
 
+import logging
+
 import numpy as np
 import pandas as pd
 import pytest
 from pyspark.ml import PipelineModel
-from pyspark.ml.linalg import SparseVector
+from pyspark.ml.linalg import SparseVector, VectorUDT
 from pyspark.ml.util import DefaultParamsReader
 
 from sparktf.ml import TFEstimator, TFModel
@@ -74,7 +76,7 @@ def test_a_fit_in_a_run_logs_params_metrics_and_a_model_mlflow_serves(store, fra
 
 @pytest.mark.parametrize("name", list(model_kinds.KINDS))
 def test_every_kind_of_model_is_logged_and_served_with_every_output(spark, store, name,
-                                                                    tmp_path):
+                                                                    tmp_path, mlflow_warnings):
     kind = model_kinds.KINDS[name]
     df = model_kinds.frame(spark, kind)
     _, experiment = store
@@ -100,6 +102,64 @@ def test_every_kind_of_model_is_logged_and_served_with_every_output(spark, store
             np.testing.assert_allclose(predicted[column].to_numpy(np.float64),
                                        expected[column].to_numpy(np.float64),
                                        rtol=1e-6, atol=1e-6, err_msg=column)
+    _has_signature_and_example(f"runs:/{run.info.run_id}/model", kind.inputs, kind.outputs,
+                               tmp_path, {f.name: f.dataType for f in df.schema})
+
+
+def _has_signature_and_example(uri, inputs, outputs, tmp_path, spark_types=None):
+    """The logged model's signature names the input columns (typed as the fitted frame's,
+    where it was a fit) and the output columns; its input example serves as MLflow's
+    scoring server would take it."""
+    info = mlflow.models.get_model_info(uri)
+    print(f"\n{uri}: {info.signature}")
+    assert info.signature.inputs.input_names() == list(inputs)
+    assert sorted(info.signature.outputs.input_names()) == sorted(outputs)
+    kinds = {spec.name: type(spec.type).__name__ for spec in info.signature.inputs.inputs}
+    for column, dtype in (spark_types or {}).items():
+        if column in kinds:  # a vector column takes any cell: MLflow's Array refuses ml Vectors
+            assert kinds[column] == ("AnyType" if isinstance(dtype, VectorUDT) else
+                                     "Array" if dtype.typeName() == "array" else "DataType")
+    local = mlflow.artifacts.download_artifacts(uri, dst_path=str(tmp_path / "served"))
+    serving = mlflow.models.Model.load(local).get_serving_input(local)
+    assert serving is not None, "no input example was logged"
+    scored = mlflow.models.validate_serving_input(uri, serving)
+    assert sorted(scored.columns) == sorted(outputs) and len(scored) == 1
+    mlflow.pyfunc.load_model(uri)
+
+
+@pytest.fixture
+def mlflow_warnings():
+    """MLflow's warnings while the test runs: logging a model without a signature or an
+    input example, or loading one, warns."""
+    records = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = records.append
+    logging.getLogger("mlflow").addHandler(handler)
+    yield records
+    logging.getLogger("mlflow").removeHandler(handler)
+    assert not [r.getMessage() for r in records]
+
+
+def test_a_keras_model_from_elsewhere_is_logged_with_its_signature(store, tmp_path,
+                                                                    mlflow_warnings):
+    import keras
+
+    keras.utils.set_random_seed(2)
+    tokens = keras.Input((None,), dtype="int32", name="tokens")
+    x = keras.layers.GRU(4)(keras.layers.Embedding(20, 4, mask_zero=True)(tokens))
+    model = keras.Model(tokens, keras.layers.Dense(1)(x))
+    model.compile("adam", "mse")
+    with mlflow.start_run() as run:
+        scorer = TFModel.from_keras(model, str(tmp_path / "gru"), featuresCol="tokens")
+    uri = f"runs:/{run.info.run_id}/model"
+    _has_signature_and_example(uri, ["tokens"], ["prediction"], tmp_path)
+    served = mlflow.pyfunc.load_model(uri)
+    rows = pd.DataFrame({"tokens": [[3, 4, 5], [7]]})
+    got = served.predict(rows)["prediction"].to_numpy()
+    expected = [model.predict(np.array([r]), verbose=0)[0, 0] for r in rows["tokens"]]
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+    assert TFModel(modelPath=uri, featuresCol="tokens").getModelPath() == uri
+    assert scorer.getModelPath() == str(tmp_path / "gru")
 
 
 def test_autolog_on_records_the_fit_and_off_records_nothing(store, frame):

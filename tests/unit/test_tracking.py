@@ -14,7 +14,8 @@ def test_a_vector_metric_is_logged_as_a_metric_per_element(tmp_path, monkeypatch
 
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
     logged_models = []
-    monkeypatch.setattr(tracking, "log_model", logged_models.append)  # no SavedModel here
+    monkeypatch.setattr(tracking, "log_model",  # no SavedModel here
+                        lambda model, schema: logged_models.append((model, schema)))
     history = {"loss": [0.5, 0.25], "f1_score": [[0.0, 0.5, 1.0], [0.25, 0.5, 0.75]]}
     times = {"epoch": [1, 2], "own_seconds": [[1.5, 3.0], [1.25, 2.5]],
              "wait_seconds": [[1.5, 0.0], [1.25, 0.0]], "steps": [4, 4], "executors": []}
@@ -34,7 +35,7 @@ def test_a_vector_metric_is_logged_as_a_metric_per_element(tmp_path, monkeypatch
                      # each worker's own and waited seconds (issue 54), by epoch
                      "worker_own_seconds/1": [(1, 3.0), (2, 2.5)],
                      "worker_wait_seconds/0": [(1, 1.5), (2, 1.25)]}
-    assert logged_models == [model]
+    assert logged_models == [(model, None)]
 
 
 def test_a_search_trial_s_vector_metric_is_logged_per_element(tmp_path):

@@ -64,27 +64,39 @@ def _export(model, spec: TrainSpec, ctx, inputs) -> tuple[str, dict[str, str]]:
     ``dear``), not Keras's ``output_0``, ``output_1``.
     """
     target = storage.join(spec.model_dir, spec.export_name)
-    renamed: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="sparktf-export-",
                                      dir=storage.scratch_root()) as local:
         path = os.path.join(local, SAVED_MODEL)
-        if keras_steps.is_tf_keras(model):
-            renamed = _export_tf_keras(model, path)
-        else:
-            renamed = _export_saved_model(model, path, inputs)
-        back = {signature: name for name, signature in renamed.items()}
-        if back:  # so that a bare TFModel(modelPath) still feeds inputs by name
-            os.makedirs(os.path.dirname(os.path.join(path, saved_models.INPUT_NAMES)),
-                        exist_ok=True)
-            with open(os.path.join(path, saved_models.INPUT_NAMES), "w") as f:
-                json.dump(back, f)
-        _keep_keras_model(model, spec, path, inputs)
-        names = list(saved_models.describe(path, "serving_default")[0])
-        if not keras_steps.is_tf_keras(model):
-            padding.write(path, _signature_padding(padding.masked_inputs(model), names, back))
+        mapping = write_saved_model(model, path, inputs)
+        _keep_builder(spec, path, inputs)
         if ctx.isChief:
             storage.put_dir(local, target)
-    return target, {name: back.get(name, name) for name in names}
+    return target, mapping
+
+
+def write_saved_model(model, path: str, inputs=None) -> dict[str, str]:
+    """The SavedModel of a Keras model at the local folder ``path``, as a fit exports it
+    (and ``TFModel.from_keras`` a model trained elsewhere): the serving signature, the names
+    of the inputs it renamed, the ``.keras`` file, and which inputs the model masks (the
+    padding analysis). ``inputs``: ``tf.TensorSpec``s of ``x``, for a model that declares
+    none. Returns, for each input of the signature, the model input it takes."""
+    if keras_steps.is_tf_keras(model):
+        renamed = _export_tf_keras(model, path)
+    else:
+        renamed = _export_saved_model(model, path, inputs)
+    back = {signature: name for name, signature in renamed.items()}
+    if back:  # so that a bare TFModel(modelPath) still feeds inputs by name
+        os.makedirs(os.path.dirname(os.path.join(path, saved_models.INPUT_NAMES)),
+                    exist_ok=True)
+        with open(os.path.join(path, saved_models.INPUT_NAMES), "w") as f:
+            json.dump(back, f)
+    # the Keras model travels with the SavedModel (a saved TFModel, MLflow's runs:/)
+    os.makedirs(os.path.join(path, "assets.extra"), exist_ok=True)
+    model.save(os.path.join(path, KERAS_IN_SAVED_MODEL))
+    names = list(saved_models.describe(path, "serving_default")[0])
+    if not keras_steps.is_tf_keras(model):
+        padding.write(path, _signature_padding(padding.masked_inputs(model), names, back))
+    return {name: back.get(name, name) for name in names}
 
 
 def _signature_padding(masked: dict, names: list[str], back: dict[str, str]) -> dict:
@@ -97,15 +109,12 @@ def _signature_padding(masked: dict, names: list[str], back: dict[str, str]) -> 
     return found if len(found) == len(masked) else {}
 
 
-def _keep_keras_model(model, spec: TrainSpec, path: str, inputs) -> None:
-    """The Keras model (``.keras``) inside the SavedModel ``path``, where it travels with
-    it (a saved TFModel, MLflow's ``runs:/``), and what builds it where Keras cannot load
-    its class (a subclassed model whose class came by value): ``modelFn``, its hparams and
-    its inputs' specs, pickled (``TFModel.getKerasModel``)."""
+def _keep_builder(spec: TrainSpec, path: str, inputs) -> None:
+    """Beside the ``.keras`` file in the SavedModel ``path``, what builds the model where
+    Keras cannot load its class (a subclassed model whose class came by value):
+    ``modelFn``, its hparams and its inputs' specs, pickled (``TFModel.getKerasModel``)."""
     import cloudpickle
 
-    os.makedirs(os.path.join(path, "assets.extra"), exist_ok=True)
-    model.save(os.path.join(path, KERAS_IN_SAVED_MODEL))
     with open(os.path.join(path, BUILDER_IN_SAVED_MODEL), "wb") as f:
         cloudpickle.dump((spec.model_fn, dict(spec.hparams), inputs), f)
 

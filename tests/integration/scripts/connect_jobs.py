@@ -234,10 +234,20 @@ def kinds(spark, workdir):
                    lookup.get_vocabulary()})
 
 
+def show_then_stop(spark, workdir):
+    """The last scenario: ``show(3)`` over a transform returns while the query still scores
+    its other partitions; main's ``spark.stop()`` comes right after it (the server's
+    stderr must not log the executions' releases failing: tests/integration/test_connect)."""
+    _, test = digits(spark)
+    FITTED["digits"].transform(test.repartition(4)).show(3)
+    emit("show_then_stop", {"shown": True})
+
+
 SCENARIOS = {"fit_transform": fit_transform, "kinds": kinds, "run_with_df": run_with_df,
              "bad_input": bad_input, "pipeline_persistence": pipeline_persistence,
              "cross_validator": cross_validator, "streaming": streaming,
-             "train_validation_split": train_validation_split, "halving_search": halving_search}
+             "train_validation_split": train_validation_split, "halving_search": halving_search,
+             "show_then_stop": show_then_stop}
 
 
 def main(argv):
