@@ -4,10 +4,13 @@ While TensorFlow loads, its C++ runtime writes notices straight to the process's
 before any logging is set up (``TF_CPP_MIN_LOG_LEVEL`` does not hide them): oneDNN's
 round-off notice, ``cudart_stub``'s "Could not find cuda drivers", the CPU-instruction
 notice, absl's "All log messages before absl::InitializeLog()". None of them is something
-a user can act on, and on a driver they land between the user's own lines. ``NOISE``
-tells them; a task process keeps them in its executor log only (``process.task_process``)
-and ``quiet_start`` keeps them off the driver's console, writing every other line the
-import printed (a real warning, an error) to stderr after it.
+a user can act on, and on a driver they land between the user's own lines, as do an
+executor's in local mode, where its stderr is the driver's console. ``NOISE`` tells them;
+``quiet_start`` keeps them off stderr wherever sparktf starts TensorFlow (the driver, a
+scoring Python worker, a training task process or its spare), writing every other line
+(a real warning, an error) after it, and a task process's relay drops those its process
+prints later (``process.task_process``). ``SPARKTF_TF_STARTUP_LINES=1`` in a process's
+environment shows them all again.
 """
 
 from __future__ import annotations
@@ -25,7 +28,16 @@ NOISE = re.compile(r"oneDNN custom operations|cudart_stub|cuda_platform\.cc|cuIn
                    r"TF-TRT Warning|cuda_(?:dnn|fft|blas)\.cc|rebuild TensorFlow with|"
                    r"cpu_feature_guard|AVX512_VNNI|in other operations, rebuild")
 
+# set to 1 (on the driver, and in spark.executorEnv for the executors) to see the notices
+SHOW = "SPARKTF_TF_STARTUP_LINES"
+
 _redirecting = threading.Lock()
+
+
+def hidden(line: str) -> bool:
+    """Whether ``line`` is a start-up notice sparktf keeps off the console (all of them,
+    unless ``SPARKTF_TF_STARTUP_LINES=1``)."""
+    return bool(NOISE.search(line)) and os.environ.get(SHOW) != "1"
 
 
 @contextlib.contextmanager
@@ -39,7 +51,8 @@ def quiet_start() -> Iterator[None]:
     lost."""
     # one block at a time redirects (another thread's, or a nested one, runs as it is: its
     # lines land in the capture of the block that holds it, and are filtered with them)
-    if "tensorflow" in sys.modules or not _redirecting.acquire(blocking=False):
+    if "tensorflow" in sys.modules or os.environ.get(SHOW) == "1" or \
+            not _redirecting.acquire(blocking=False):
         yield
         return
     try:

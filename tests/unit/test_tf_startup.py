@@ -64,3 +64,13 @@ os.write(2, b"still reaches stderr\\n")
                          timeout=120)
     assert out.stdout.split() == ["True"], out.stderr
     assert "still reaches stderr" in out.stderr
+
+
+def test_every_notice_is_hidden_unless_the_environment_asks_to_see_them(monkeypatch):
+    notice = ("I0000 00:00:1795892317.050599   15148 cudart_stub.cc:31] Could not find cuda "
+              "drivers on your machine, GPU will not be used.")
+    monkeypatch.delenv(tf_startup.SHOW, raising=False)
+    assert tf_startup.hidden(notice)
+    assert not tf_startup.hidden("ValueError: a line the user can act on")
+    monkeypatch.setenv(tf_startup.SHOW, "1")
+    assert not tf_startup.hidden(notice)

@@ -35,7 +35,7 @@ import cloudpickle
 
 from sparktf._protocol.wire import DONE_LINE, phase
 from sparktf.errors import InvalidInputError
-from sparktf.runtime import worker_tuning
+from sparktf.runtime import tf_startup, worker_tuning
 from sparktf.runtime.feed import arrival
 from sparktf.runtime.process import keras_fixes, spare, step_times
 
@@ -45,7 +45,8 @@ def _preimport() -> None:
     serves every fork of a spare. Keras's optional scikit-learn and matplotlib helpers
     load at their first use (``deferred_imports``): a quarter of the import, which a task
     process does not pay again either (tracing a step leaves them unloaded)."""
-    worker_tuning.import_keras()
+    with tf_startup.quiet_start():  # in local mode the executor's stderr is the console
+        worker_tuning.import_keras()
     # Out of the cyclic collector from now on (they live as long as the process): its
     # collections during training skip them, and a spare's forks do not copy the pages
     # the collector would write to.

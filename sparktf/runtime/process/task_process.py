@@ -289,9 +289,9 @@ class TaskProcess:
             if to_driver:
                 self.events.send(event)
         else:
-            print(f"[sparktf rank {self.rank}] {line}", file=sys.stderr)
-            if tf_startup.NOISE.search(line):  # kept in the executor log only
+            if tf_startup.hidden(line):  # TensorFlow's start-up notices (tf_startup)
                 return
+            print(f"[sparktf rank {self.rank}] {line}", file=sys.stderr)
             if line.startswith(_CRASH_REPORT) and self.crash is None:
                 self.crash = line.removeprefix(_CRASH_REPORT)
             self.tail.append(line)

@@ -15,7 +15,7 @@ from typing import Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
-from sparktf.runtime import gpu, worker_tuning
+from sparktf.runtime import gpu, tf_startup, worker_tuning
 from sparktf.runtime.feed import columns, tensors
 from sparktf.runtime.scoring import batching, length_groups
 from sparktf.runtime.scoring.outputs import output_arrays
@@ -49,7 +49,9 @@ def start_tensorflow() -> dict[str, str] | None:
                 "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
                 "TF_NUM_INTRAOP_THREADS": str(max(1, context.cpus())) if context else "1"}
     settings.update({k: v for k, v in defaults.items() if k not in os.environ})
-    with environment(settings):
+    # the notices of TensorFlow's start (cuInit's among them) kept off the executor's
+    # stderr, the driver's console in local mode (tf_startup)
+    with environment(settings), tf_startup.quiet_start():
         worker_tuning.import_keras()  # ~2 s of CPU less where sklearn, matplotlib are
         import tensorflow as tf
         tf.config.list_physical_devices()  # CUDA reads CUDA_VISIBLE_DEVICES here
