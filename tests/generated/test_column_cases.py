@@ -53,7 +53,7 @@ def _frame(spark, chosen, rows, tasks):
     return spark.createDataFrame(values, T.StructType(fields)).repartition(tasks)
 
 
-@settings(max_examples=budget(4, 100))
+@settings(max_examples=budget(3, 100))
 @given(column_cases.frames(), st.integers(1, 3))
 def test_any_columns_reach_ctx_dataset_through_spark(spark, frame, tasks):
     chosen, rows = frame
@@ -99,7 +99,7 @@ def _scoring_case(chosen, rows):
         yield whole, first
 
 
-@settings(max_examples=budget(3, 60))
+@settings(max_examples=budget(2, 60))
 @given(column_cases.frames(max_columns=3), st.integers(1, 3), st.booleans())
 # found by it: a batch whose rows are all null failed an array output (list_size 0)
 @example(([column_cases.Kind("float", "float", column_cases.FLOATS, "float32")], [(0, 0.0)]),
