@@ -45,7 +45,7 @@ $(JVM_ARCHIVE): $(INSTALLED)
 # The lower bounds first, then sparktf as a user installs it (no constraints): nothing the
 # runtime holds may move (scripts/check_pins.py).
 $(LOWEST_STAMP): pyproject.toml constraints-lowest.txt constraints.txt Makefile
-	test -x $(LOWEST)/bin/python || $(PYTHON) -m venv $(LOWEST)
+	rm -rf $(LOWEST) && $(PYTHON) -m venv $(LOWEST)
 	$(LOWEST)/bin/python -m pip install --quiet --upgrade pip
 	$(LOWEST)/bin/python -m pip install --quiet --no-compile -r constraints-lowest.txt
 	$(LOWEST)/bin/python -m pip install --quiet --no-compile -e . $(TEST_PINS)
@@ -64,8 +64,9 @@ $(NEWEST_STAMP): pyproject.toml constraints.txt Makefile
 	$(NEWEST)/bin/python scripts/write_bytecode.py
 	touch $(NEWEST_STAMP)
 
+NEWEST_DAILY = find $(NEWEST_STAMP) -mtime +0 -delete 2>/dev/null || true
 environments:
-	@find $(NEWEST_STAMP) -mtime +0 -delete 2>/dev/null || true
+	@$(NEWEST_DAILY)
 	@$(MAKE) --no-print-directory -j2 $(STAMP) $(JVM_ARCHIVE) $(LOWEST_STAMP) $(NEWEST_STAMP)
 
 java-check:
@@ -110,7 +111,9 @@ VERSION_RUN = $(1)/bin/python -m pytest -p no:cacheprovider tests/unit \
 	--deselect tests/unit/test_task_watchdog.py
 test-lowest: java-check $(LOWEST_STAMP)
 	$(call VERSION_RUN,$(LOWEST))
-test-newest: java-check $(NEWEST_STAMP)
+test-newest: java-check
+	@$(NEWEST_DAILY)
+	@$(MAKE) --no-print-directory $(NEWEST_STAMP)
 	$(call VERSION_RUN,$(NEWEST))
 
 # A Spark standalone cluster (a master and 3 workers from the installed pyspark) and

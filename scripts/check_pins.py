@@ -17,7 +17,10 @@ def main(path: str) -> int:
             line = line.split("#")[0].strip()
             if line:
                 name, pinned = line.split("==")
-                installed = importlib.metadata.version(name)
+                try:
+                    installed = importlib.metadata.version(name)
+                except importlib.metadata.PackageNotFoundError:
+                    installed = "not installed"
                 if installed != pinned:
                     moved.append(f"{name} {pinned} -> {installed}")
     if moved:

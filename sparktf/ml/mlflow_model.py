@@ -5,6 +5,9 @@ artifacts (``tracking.SparkTFPyfunc.load_context``)."""
 
 import mlflow
 
-from sparktf.ml.tracking import SparkTFPyfunc
+from sparktf.runtime import tf_startup
+
+with tf_startup.quiet_start():  # the loading process's own console
+    from sparktf.ml.tracking import SparkTFPyfunc
 
 mlflow.models.set_model(SparkTFPyfunc(None))

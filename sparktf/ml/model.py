@@ -12,6 +12,7 @@ from pyspark.ml import Model
 from pyspark.ml.functions import array_to_vector
 from pyspark.ml.util import MLReadable, MLWritable
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from sparktf._driver import checks, schema, sessions, versions
@@ -101,7 +102,7 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
     @classmethod
     def from_keras(cls, model, path: str, *, custom_objects: dict | None = None,
                    **params) -> "TFModel":
-        """A ``TFModel`` over a Keras model trained elsewhere: a ``keras.Model`` in memory,
+        """A ``TFModel`` over a Keras 3 model trained elsewhere: a ``keras.Model`` in memory,
         or the path of its ``.keras`` file (loaded by ``keras.saving.load_model`` with
         ``custom_objects``).
 
@@ -121,10 +122,15 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
         >>> scorer.transform(df)                                       # doctest: +SKIP
         """
         keras_model = _keras_model(model, custom_objects)
+        path = os.fspath(path)
         unknown = sorted(set(params) - {p.name for p in cls().params})
         if unknown:
             raise InvalidInputError(f"TFModel has no Params {unknown}; see TFModel's Params. "
                                     f"Received: {params}")
+        if "modelPath" in params:
+            raise InvalidInputError(
+                "from_keras exports the model to path, which becomes the TFModel's modelPath: "
+                f"give no modelPath of your own. Received: modelPath={params['modelPath']!r}")
         if storage.exists(path):
             raise InvalidInputError(
                 f"from_keras exports the model to a new folder, and {path!r} exists: give a "
@@ -138,8 +144,8 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
             except ValueError as e:  # Keras: a model never called declares no inputs
                 raise InvalidInputError(
                     f"The Keras model could not be exported ({e}). A subclassed model must "
-                    "have been called once on a batch (or be built with its inputs' shapes) "
-                    "for its serving signature to be known.") from e
+                    "have been called once on a batch for its serving signature to be "
+                    "known: call it on a few rows first.") from e
             storage.put_dir(folder, path)
         scorer = cls(modelPath=path, predictionKind=kind, fromLogits=from_logits)
         scorer._set(**params)
@@ -177,8 +183,8 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
         columns = [scored[schema.quoted(c)] for c in dataset.columns]
         for field in fields:
             value = scored[_OUTPUTS][field.name]
-            if field.name in vector_columns:
-                value = array_to_vector(value)
+            if field.name in vector_columns:  # a null row's: null (Spark's conversion fails)
+                value = F.when(value.isNotNull(), array_to_vector(value))
             columns.append(value.alias(field.name))
         return scored.select(*columns)
 
@@ -442,8 +448,9 @@ def _arrow_udf(spec: ScoreSpec, return_type, pick, counts=None):
 
 def _pandas_udf(scored, n: int, return_type):
     """``scored`` (Arrow columns in, Arrow results out) as pyspark 3.5's iterator pandas UDF:
-    each batch's Series go back to Arrow, and the results to pandas. A float column's nulls
-    reach the model as NaN, as pandas holds them (an Arrow UDF would see nulls)."""
+    each batch's Series go back to Arrow, and the results to pandas. pandas holds a null
+    number as NaN and cannot tell them apart: both are nulls here (a row holding either
+    scores nulls; in an integer input a NaN would be cast to a number)."""
     import pandas as pd
     import pyarrow as pa
     from pyspark.sql.functions import pandas_udf
@@ -454,7 +461,7 @@ def _pandas_udf(scored, n: int, return_type):
             return pa.StructArray.from_arrays(
                 fields, names=list(column.columns),
                 mask=pa.array(column.isna().all(axis=1).to_numpy()))
-        return pa.array(column, from_pandas=False)
+        return pa.array(column, from_pandas=True)
 
     def pandas(result: pa.Array):
         if pa.types.is_struct(result.type):
@@ -486,7 +493,12 @@ def _keras_model(model, custom_objects: dict | None):
         with tempfile.TemporaryDirectory(prefix="sparktf-keras-") as folder:
             local = _local_file(path, os.path.join(folder, KERAS_FILE))
             return keras.saving.load_model(local, custom_objects=custom_objects)
+    if keras_steps.is_tf_keras(model):
+        raise InvalidInputError(
+            "from_keras takes Keras 3 models, and this one is tf_keras's (Keras 2), whose "
+            "Keras model getKerasModel() could not give back: export it yourself "
+            "(model.export(path)) and score it with TFModel(modelPath=path).")
     if not hasattr(model, "save") or not hasattr(model, "layers"):
-        raise InvalidInputError(f"from_keras takes a Keras model (keras.Model, or a tf_keras "
-                                f"one) or a '.keras' file's path. Received: {model!r}")
+        raise InvalidInputError(f"from_keras takes a Keras model (keras.Model) or a "
+                                f"'.keras' file's path. Received: {model!r}")
     return model

@@ -27,6 +27,7 @@ import sys
 import tempfile
 
 import mlflow
+import pandas as pd
 import pyarrow as pa
 from pyspark.ml.linalg import SparseVector, Vector, Vectors
 
@@ -171,9 +172,9 @@ class SparkTFPyfunc(mlflow.pyfunc.PythonModel):
         self.spec = dataclasses.replace(
             self.spec, model_path=context.artifacts[SAVED_MODEL_ARTIFACT])
 
-    def predict(self, context, model_input, params=None):
-        import pandas as pd
-
+    # the input's type hint is one MLflow infers no signature from (the logged model has its
+    # own, logged_model's): without one, MLflow warns at each import of this module
+    def predict(self, context, model_input: pd.DataFrame, params=None):
         batch = arrow_batch(model_input)
         fn = saved_models.ModelCache.get(self.spec.model_path, self.spec.signature, "/CPU:0",
                                          settle=False)  # a user's process: its collector stays

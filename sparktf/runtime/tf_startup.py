@@ -40,19 +40,30 @@ def hidden(line: str) -> bool:
     return bool(NOISE.search(line)) and os.environ.get(SHOW) != "1"
 
 
+def _started() -> bool:
+    """Whether TensorFlow has started its runtime here (its devices found: cuInit's notice
+    comes then, after the import's)."""
+    context = sys.modules.get("tensorflow.python.eager.context")
+    if context is None:
+        return False
+    try:
+        return bool(context.context()._initialized)
+    except Exception:  # noqa: BLE001 - another TensorFlow's internals: take it as started
+        return True
+
+
 @contextlib.contextmanager
 def quiet_start() -> Iterator[None]:
-    """Inside the block, the first import of TensorFlow in this process prints only what
-    is not a start-up notice (after the block). Elsewhere (TensorFlow already loaded, no
-    stderr file descriptor) the block runs as it is.
+    """Inside the block, TensorFlow's start in this process (its import, and finding its
+    devices) prints only what is not a start-up notice (after the block). Elsewhere
+    (TensorFlow already started, no stderr file descriptor) the block runs as it is.
 
     The process's stderr descriptor is a temporary file for the block's duration, so a
     line another thread writes to stderr meanwhile comes after the block: delayed, never
     lost."""
     # one block at a time redirects (another thread's, or a nested one, runs as it is: its
     # lines land in the capture of the block that holds it, and are filtered with them)
-    if "tensorflow" in sys.modules or os.environ.get(SHOW) == "1" or \
-            not _redirecting.acquire(blocking=False):
+    if _started() or os.environ.get(SHOW) == "1" or not _redirecting.acquire(blocking=False):
         yield
         return
     try:

@@ -81,6 +81,24 @@ def test_a_model_in_memory_with_two_named_inputs_binds_them_by_column(spark, tmp
     np.testing.assert_allclose(got, expected, rtol=1e-6)
 
 
+def test_a_classifier_scores_null_rows_and_rows_holding_a_null_as_null(spark, tmp_path):
+    """Found by review: a null row made Spark's conversion of the probability failed."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, activation="softmax")])
+    model.compile("adam", "sparse_categorical_crossentropy")
+    scorer = TFModel.from_keras(model, tmp_path / "classifier")  # a Path is a path too
+    df = spark.createDataFrame([(0, None), (1, [1.0, None, 3.0]), (2, [1.0, 2.0, 3.0])],
+                               "id int, features array<double>")
+    rows = scorer.transform(df).orderBy("id").collect()
+    assert [(r.prediction, r.probability, r.rawPrediction) for r in rows[:2]] == \
+        [(None, None, None)] * 2
+    np.testing.assert_allclose(rows[2].probability.toArray(),
+                               model.predict(np.array([[1.0, 2.0, 3.0]]), verbose=0)[0],
+                               rtol=1e-6)
+
+
 def test_what_from_keras_cannot_take_is_refused_saying_what_to_give(tmp_path):
     import keras
 
@@ -91,6 +109,13 @@ def test_what_from_keras_cannot_take_is_refused_saying_what_to_give(tmp_path):
         TFModel.from_keras(object(), str(tmp_path / "out"))
     with pytest.raises(InvalidInputError, match=r"no Params \['featureCol'\]"):
         TFModel.from_keras(model, str(tmp_path / "out"), featureCol="x")
+    with pytest.raises(InvalidInputError, match="give no modelPath of your own"):
+        TFModel.from_keras(model, str(tmp_path / "out"), modelPath="/elsewhere")
+    tf_keras = pytest.importorskip("tf_keras")
+    old = tf_keras.Sequential([tf_keras.Input((3,)), tf_keras.layers.Dense(1)])
+    with pytest.raises(InvalidInputError, match="tf_keras's .*model.export"):
+        TFModel.from_keras(old, str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
     (tmp_path / "taken").mkdir()
     with pytest.raises(InvalidInputError, match="exists: give a path that does not exist"):
         TFModel.from_keras(model, str(tmp_path / "taken"))

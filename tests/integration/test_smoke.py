@@ -16,7 +16,7 @@ from pyspark.ml.tuning import CrossValidator, ParamGridBuilder
 
 import sparktf
 from sparktf._driver import versions
-from sparktf.ml import TFEstimator
+from sparktf.ml import TFEstimator, TFModel
 from sparktf.ml.tuning import HalvingSearch
 from tests.integration import data, models
 from tests.integration.test_resume_exact import LoseTheRun
@@ -83,6 +83,22 @@ def test_fit_transform_sql_persistence_resume_tuning_and_run(spark, tmp_path):
                            estimatorParamMaps=grid, metric="val_loss", minEpochs=1,
                            maxEpochs=2, reductionFactor=2, seed=1).fit(df)
     assert search.bestParams[est.learningRate] == 0.1
+
+    # a Keras model from elsewhere, scoring rows with nulls: null outputs on every version
+    import keras
+
+    keras.utils.set_random_seed(0)
+    classifier = keras.Sequential([keras.Input((3,)),
+                                   keras.layers.Dense(2, activation="softmax")])
+    classifier.compile("adam", "sparse_categorical_crossentropy")
+    scorer = TFModel.from_keras(classifier, str(tmp_path / "classifier"))
+    nulls = spark.createDataFrame([(0, None), (1, [1.0, None, 3.0]), (2, [1.0, 2.0, 3.0])],
+                                  "id int, features array<double>")
+    rows = scorer.transform(nulls).orderBy("id").collect()
+    assert [(r.prediction, r.probability) for r in rows[:2]] == [(None, None)] * 2
+    np.testing.assert_allclose(rows[2].probability.toArray(),
+                               classifier.predict(np.array([[1.0, 2.0, 3.0]]), verbose=0)[0],
+                               rtol=1e-6)
 
     # sparktf.run: each worker's share of the frame, every row once
     assert sum(sparktf.run(spark, _rows_sum, numWorkers=2, df=df)) == 240

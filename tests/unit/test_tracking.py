@@ -62,3 +62,15 @@ def test_a_search_trial_s_vector_metric_is_logged_per_element(tmp_path):
     # non-finite values are left out, as for a scalar
     assert found == {"loss": [(1, 0.5)], "f1_score/0": [(1, 0.0), (2, 0.25)],
                      "f1_score/1": [(1, 0.5)]}
+
+
+def test_importing_the_tracking_module_warns_of_nothing():
+    """MLflow warns of a PythonModel whose predict has no type hint, once per process that
+    imports sparktf's (every fit logged, every model loaded); found by review."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-W", "default", "-c", "import sparktf.ml.tracking"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "type hints" not in done.stderr, done.stderr[-2000:]

@@ -71,13 +71,15 @@ class _Loaded:
 
     @classmethod
     def load(cls, model_path: str, signature: str, device: str) -> "_Loaded":
-        import tensorflow as tf
-
         scratch = None if storage.is_local(model_path) else tempfile.mkdtemp(
             prefix="sparktf-model-", dir=storage.scratch_root())
         try:
-            with tf.device(device):
-                model = tf.saved_model.load(storage.get_dir(model_path, scratch))
+            # TensorFlow may start here (an MLflow model's predict in a user's process)
+            with tf_startup.quiet_start():
+                import tensorflow as tf
+
+                with tf.device(device):
+                    model = tf.saved_model.load(storage.get_dir(model_path, scratch))
             if signature not in model.signatures:
                 raise KeyError(f"The SavedModel at {model_path} has no signature "
                                f"{signature!r}; it has {sorted(model.signatures)}.")
