@@ -45,6 +45,7 @@ def fit_transform(spark, workdir):
                       learningRate=0.01, validationFraction=0.2, seed=1,
                       modelDir=os.path.join(workdir, "fit"))
     model = FITTED["digits"] = est.fit(train)
+    FITTED["digits_test"] = test
     scored = model.transform(test)
     accuracy = MulticlassClassificationEvaluator(metricName="accuracy").evaluate(scored)
     test.createOrReplaceTempView("digits_test")
@@ -238,7 +239,7 @@ def show_then_stop(spark, workdir):
     """The last scenario: ``show(3)`` over a transform returns while the query still scores
     its other partitions; main's ``spark.stop()`` comes right after it (the server's
     stderr must not log the executions' releases failing: tests/integration/test_connect)."""
-    _, test = digits(spark)
+    test = FITTED["digits_test"]  # fit_transform's, built once
     FITTED["digits"].transform(test.repartition(4)).show(3)
     emit("show_then_stop", {"shown": True})
 
