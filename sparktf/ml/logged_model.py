@@ -77,24 +77,20 @@ def _spark_type(spark_type):
 
 def _zero(b: InputBinding, spark_type):
     """One cell of zeros for ``b`` (lengths of None: 1), as the column holds it."""
-    text = b.dtype == "string"
-    scalar = (spark_type is not None and not isinstance(spark_type, (T.ArrayType, VectorUDT))) \
-        or (spark_type is None and tuple(b.shape) in ((), (1,)))
-    integral = isinstance(spark_type, T.IntegralType) or (
-        spark_type is None and b.dtype.startswith(("int", "uint")))
-    if isinstance(spark_type, VectorUDT):
-        integral = False
-    elif isinstance(spark_type, T.ArrayType):
-        inner = spark_type
-        while isinstance(inner, T.ArrayType):
-            inner = inner.elementType
-        integral = isinstance(inner, T.IntegralType)
-    if text:
+    leaf = spark_type
+    while isinstance(leaf, T.ArrayType):
+        leaf = leaf.elementType
+    if b.dtype == "string":
         value = ""
     elif b.dtype == "bool":
         value = False
-    else:
-        value = 0 if integral else 0.0
+    elif isinstance(leaf, T.IntegralType) or (
+            spark_type is None and b.dtype.startswith(("int", "uint"))):
+        value = 0
+    else:  # a float, or an ml Vector's values
+        value = 0.0
+    scalar = (spark_type is not None and not isinstance(spark_type, (T.ArrayType, VectorUDT))) \
+        or (spark_type is None and tuple(b.shape) in ((), (1,)))
     if scalar:
         return value
     return np.full([d or 1 for d in b.shape], value, dtype=object).tolist()

@@ -34,10 +34,15 @@ SHOW = "SPARKTF_TF_STARTUP_LINES"
 _redirecting = threading.Lock()
 
 
+def _shown() -> bool:
+    """Whether this process's environment asks to see the notices."""
+    return os.environ.get(SHOW) == "1"
+
+
 def hidden(line: str) -> bool:
     """Whether ``line`` is a start-up notice sparktf keeps off the console (all of them,
     unless ``SPARKTF_TF_STARTUP_LINES=1``)."""
-    return bool(NOISE.search(line)) and os.environ.get(SHOW) != "1"
+    return bool(NOISE.search(line)) and not _shown()
 
 
 def _started() -> bool:
@@ -63,7 +68,7 @@ def quiet_start() -> Iterator[None]:
     lost."""
     # one block at a time redirects (another thread's, or a nested one, runs as it is: its
     # lines land in the capture of the block that holds it, and are filtered with them)
-    if _started() or os.environ.get(SHOW) == "1" or not _redirecting.acquire(blocking=False):
+    if _started() or _shown() or not _redirecting.acquire(blocking=False):
         yield
         return
     try:
