@@ -26,6 +26,8 @@ import math
 from sparktf.errors import InvalidInputError
 
 STOPPED, FAILED, FINISHED = "below the cut", "failed", "trained to maxEpochs"
+NOT_STARTED = "never started: maxTime ran out first"
+OUT_OF_TIME = "maxTime ran out before it could be promoted"
 
 
 def rungs(min_epochs: int, max_epochs: int, factor: int) -> list[int]:
@@ -41,6 +43,19 @@ def rungs(min_epochs: int, max_epochs: int, factor: int) -> list[int]:
         found.append(epochs)
         epochs *= factor
     return found + [max_epochs]
+
+
+def extended(before: list[int], now: list[int], factor: int) -> list[int]:
+    """The rungs of a finished search asked for a larger ``maxEpochs``: its own rungs,
+    then on by ``factor`` up to the new last rung (``now[-1]``), so that every result it
+    holds stays a result at a rung. ``now`` itself when nothing grew."""
+    if now[-1] <= before[-1]:
+        return now if now[-1] < before[-1] else list(before)
+    grown, epochs = list(before), before[-1] * factor
+    while epochs < now[-1]:
+        grown.append(epochs)
+        epochs *= factor
+    return grown + [now[-1]]
 
 
 @dataclasses.dataclass
@@ -88,6 +103,21 @@ class Halving:
             return trial.index, 0, self.rungs[0]
         return None
 
+    def started_job(self, index: int, start: int, end: int) -> None:
+        """Puts in a job a lost (or finished) search started: trial ``index`` from
+        ``start`` to ``end`` epochs, as ``next_job`` would have returned it."""
+        trial = self.trials[index]
+        if start == 0:
+            if self.order[self.started] != index:
+                raise InvalidInputError(
+                    f"The search's journal started trial {index} where this schedule starts "
+                    f"trial {self.order[self.started]}: it was written by another version. "
+                    "Use a new runId.")
+            self.started += 1
+        else:
+            self.promoted[self.rungs.index(start)].add(index)
+        trial.running = True
+
     def _promotable(self, k: int) -> Trial | None:
         """The best trial of rung k that is among its top ``floor(n_k / factor)`` and not
         promoted yet: n_k counts every trial that finished rung k, a trial that failed
@@ -129,6 +159,38 @@ class Halving:
         rungs it finished goes to the next trial."""
         self.trials[index].running = False
         self.trials[index].ended = FAILED
+
+    def may_train(self) -> set[int]:
+        """The trials that may still train: running, not started, or able to be promoted
+        however the others end (the most trials that can still reach their rung all worse
+        than them). Worked out from the lowest rung up: a trial that cannot train on
+        brings no trial above it the room of a promotion."""
+        alive: set[int] = set()
+        for k in range(-1, len(self.rungs)):
+            below = len(alive)  # every trial found so far is below rung k
+            for trial in self.trials:
+                if trial.rung != k:
+                    continue
+                if trial.running or k < 0 and trial.ended is None:
+                    alive.add(trial.index)
+                elif trial.ended is None and k < len(self.rungs) - 1 and \
+                        trial.index not in self.promoted[k]:
+                    ahead = sum(1 for t in self.at_rung(k) if (t.metrics[k], t.index) <
+                                (trial.metrics[k], trial.index))
+                    if ahead < (self.reached(k) + below) // self.factor:
+                        alive.add(trial.index)
+        return alive
+
+    def out_of_time(self) -> None:
+        """The search's time ran out: no trial starts or is promoted any more."""
+        for trial in self.trials:
+            if trial.rung < 0 and trial.ended is None and not trial.running:
+                trial.ended = NOT_STARTED
+        self.started = len(self.trials)
+        open_ = self.may_train()  # had the search gone on with the trials it started
+        for trial in self.trials:
+            if trial.ended is None and not trial.running:
+                trial.ended = OUT_OF_TIME if trial.index in open_ else STOPPED
 
     def done(self) -> bool:
         """No fit runs and none can start: every trial still open stopped where it is."""

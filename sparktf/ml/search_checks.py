@@ -13,18 +13,18 @@ from sparktf.errors import InvalidInputError
 from sparktf.ml import fit_checks, identity, metric_modes, trials
 
 
-def check(search, runner, rungs: list[int], labels: list[dict]) -> bool:
+def check(search, estimators: list, rungs: list[int], labels: list[dict]) -> bool:
     """Refuses what would fail a trial at a rung; whether a larger metric is better
-    (``search``: the ``HalvingSearch``, ``runner``: its ``Trials``, ``labels``: each
+    (``search``: the ``HalvingSearch``, ``estimators``: its trials' fits, ``labels``: each
     trial's Params as its lines show them)."""
     metric, evaluator = search.getOrDefault(search.metric), search.getEvaluator()
     if evaluator is None and metric.startswith("val_"):
-        _check_holds_out_rows(metric, runner.estimators)
+        _check_holds_out_rows(metric, estimators)
     mode = search.getOrDefault(search.metricMode)
     auto = evaluator is None and mode == "auto" and not metric_modes.is_loss(metric)
     larger: dict[int, bool] = {}
     if len(rungs) > 1 or auto:
-        for index, est in _distinct_settings(runner.estimators):
+        for index, est in _distinct_settings(estimators):
             whose = f" for trial {index} ({trials.shown(labels[index])})"
             model, first, error = identity.built(est.getModelFn(),
                                                  {**est.hparams(), "epochs": rungs[0]})

@@ -10,6 +10,11 @@ journal into a fresh schedule, which then holds what the lost one held; the jobs
 when the driver was lost start again first, each continuing its run from its last
 checkpoint, and the search goes on as if it had not been interrupted. The file is replaced
 in one step after each decision, before the next job starts.
+
+A search grows: fitted again with more trials (``numTrials``) or a larger ``maxEpochs``,
+its journal's trials are the new search's first trials and its rungs the first rungs
+(``halving.extended``), so that only the new work trains. A trial drawn as it started
+(``sampler="tpe"``) has its draw in its first ``start``.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from sparktf.ml.persistence import json_view
 from sparktf.runtime import storage
 
 JOURNAL_FILE = "search.json"
+GROWS = ("trials", "rungs", "order")  # lists a grown search extends
 
 
 class Journal:
@@ -32,21 +38,19 @@ class Journal:
         self.asked = json.loads(json.dumps(json_view(asked)))  # as it reads back
         self.events: list[dict] = []
 
+    def _read(self) -> dict:
+        return _read(self.path)
+
     def load(self) -> list[dict]:
         """The decisions a lost driver made (none for a new search); refuses a search
         asked otherwise than the one that wrote them."""
         if not storage.exists(self.path):
             return []
-        try:
-            before = json.loads(storage.read_bytes(self.path))
-        except ValueError as e:
-            raise InvalidInputError(
-                f"{self.path} is not readable JSON ({e}): the search's journal is damaged. "
-                "Remove the search's folder to start it again, or use another runId.") from e
+        before = self._read()
         differ = []
         for key in sorted({*before["asked"], *self.asked}):
             then, now = before["asked"].get(key), self.asked.get(key)
-            if then == now:
+            if then == now or _grows(key, then, now):
                 continue
             if isinstance(then, dict) and isinstance(now, dict):  # a model's, an evaluator's
                 differ += [f"{key}: {said}" for said in identity.differences(then, now)]
@@ -66,23 +70,48 @@ class Journal:
             {"asked": self.asked, "events": self.events}, indent=1).encode())
 
 
+def asked_before(folder: str) -> dict | None:
+    """What the search whose journal is in ``folder`` was asked (None: it has none)."""
+    path = storage.join(folder, JOURNAL_FILE)
+    return _read(path)["asked"] if storage.exists(path) else None
+
+
+def _read(path: str) -> dict:
+    try:
+        return json.loads(storage.read_bytes(path))
+    except ValueError as e:
+        raise InvalidInputError(
+            f"{path} is not readable JSON ({e}): the search's journal is damaged. Remove the "
+            "search's folder to start it again, or use another runId.") from e
+
+
+def _grows(key: str, then, now) -> bool:
+    """Whether ``now`` is what a grown search asks where ``then`` was asked: more trials,
+    more rungs."""
+    if key in GROWS:
+        return isinstance(then, list) and isinstance(now, list) and \
+            len(now) > len(then) and now[:len(then)] == then
+    return key == "numTrials" and isinstance(then, int) and isinstance(now, int) and \
+        now > then
+
+
 def replay(events: list[dict], schedule: halving.Halving, sign: float) -> dict:
     """Puts ``events`` into a fresh ``schedule``, as the lost driver made them; returns
     what the trials' records need that the schedule does not hold: ``histories``,
-    ``errors`` and the ``running`` jobs (trial -> (from, to) epochs) that were not done."""
+    ``errors``, the ``running`` jobs (trial -> (from, to) epochs) that were not done and
+    the ``draws`` of trials drawn as they started. The schedule may have more trials and
+    rungs (a grown search): the decisions are put in as they were made."""
     histories: dict[int, dict] = {}
+    draws: dict[int, list] = {}
     errors: dict[int, str] = {}
     running: dict[int, tuple[int, int]] = {}
     for event in events:
         kind, index = event["kind"], event["trial"]
         if kind == "start":
-            job = schedule.next_job()
-            if job != (index, *event["epochs"]):
-                raise InvalidInputError(
-                    f"The search's journal {JOURNAL_FILE} started trial {index} for epochs "
-                    f"{event['epochs']} where this sparktf's schedule starts {job}: it was "
-                    "written by another version. Use a new runId.")
+            schedule.started_job(index, *event["epochs"])
             running[index] = tuple(event["epochs"])
+            if event.get("drawn") is not None:
+                draws[index] = event["drawn"]
         elif kind == "report":
             schedule.report(index, sign * event["value"])
             if event.get("ended") is not None:  # stopped by its callbacks
@@ -95,4 +124,4 @@ def replay(events: list[dict], schedule: halving.Halving, sign: float) -> dict:
             if event.get("history") is not None:
                 histories[index] = event["history"]
             running.pop(index, None)
-    return {"histories": histories, "errors": errors, "running": running}
+    return {"histories": histories, "errors": errors, "running": running, "draws": draws}

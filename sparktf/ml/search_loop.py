@@ -1,6 +1,10 @@
 """The loop of a ``HalvingSearch`` on the driver: ``parallelism`` trials' fits at once
 in threads of its own, each finished fit reported to the schedule (``halving``) and the
 next job started at once, a line per rung decision, each trial's record at the end.
+A trial drawn by a model-based sampler (``samplers``) is drawn as its first job starts.
+At ``maxTime`` no job starts any more and the running ones are cancelled: each keeps
+the epochs its last checkpoint holds. A trial that can no longer be promoted gives its
+checkpoints back at once, and the finished search keeps only its best trial's.
 
 A trial's own failure (``TaskFailedError``, a NaN metric) stops that trial; any other
 error, or Ctrl-C, cancels the running trials' Spark jobs (a job tag per search) and is
@@ -14,13 +18,14 @@ import concurrent.futures as futures
 import itertools
 import logging
 import math
+import time
 import uuid
 
 from pyspark.util import inheritable_thread_target
 
 from sparktf._driver import sessions, versions
 from sparktf.errors import SparkTFError, TaskFailedError
-from sparktf.ml import halving, search_journal, trials
+from sparktf.ml import halving, samplers, search_journal, trials
 
 logger = logging.getLogger("sparktf")
 _SEARCHES = itertools.count(1)  # "search N": the lines of searches at once told apart
@@ -45,8 +50,13 @@ class Search:
 
     def __init__(self, runner: trials.Trials, schedule: halving.Halving, labels: list[dict],
                  metric: str, larger_is_better: bool, verbose: int,
-                 journal: search_journal.Journal | None = None):
+                 journal: search_journal.Journal | None = None,
+                 sampler: samplers.TPE | None = None, deadline: float | None = None,
+                 keep_checkpoints: bool = False):
         self.runner, self.schedule, self.labels = runner, schedule, labels
+        self.sampler, self.draws = sampler, {}
+        self.deadline, self.out_of_time = deadline, False
+        self.keep_checkpoints, self.given_back = keep_checkpoints, set()
         self.sign = -1.0 if larger_is_better else 1.0
         self.name, self.verbose = metric, verbose
         self.factor = schedule.factor
@@ -64,6 +74,8 @@ class Search:
         if not events:
             return
         state = search_journal.replay(events, self.schedule, self.sign)
+        for index, drawn in state["draws"].items():
+            self._use_draw(index, drawn)
         self.runner.histories.update(state["histories"])
         self.errors.update(state["errors"])
         self.pending = [(i, start, end) for i, (start, end) in state["running"].items()]
@@ -100,7 +112,8 @@ class Search:
             running: dict = {}
             try:
                 while True:
-                    while fatal is None and len(running) < parallelism:
+                    while fatal is None and not self._time_is_up() and \
+                            len(running) < parallelism:
                         job = self.pending.pop(0) if self.pending else self.schedule.next_job()
                         if job is None:
                             break
@@ -109,20 +122,25 @@ class Search:
                                             job[0], job[2])] = job
                     if not running:
                         break
-                    if fatal is not None:  # the others' jobs go; their ends collected
+                    if fatal is not None or self.out_of_time:  # their ends collected
                         _cancel_until_done(session, tag, set(running))
-                    done, _ = futures.wait(running, return_when=futures.FIRST_COMPLETED)
+                    done, _ = futures.wait(running, timeout=self._time_left(),
+                                           return_when=futures.FIRST_COMPLETED)
                     for future in done:
                         error = self._collect(future, running.pop(future))
                         fatal = fatal or error  # the first: the others are its cancels
                         self.stopping = fatal is not None
+                    self._give_back()
             except BaseException:  # Ctrl-C: the running trials' jobs go, then the pool
                 self.stopping = True
                 _cancel_until_done(session, tag, set(running))
                 raise
         if fatal is not None:
             raise fatal
+        if self.out_of_time:
+            self.schedule.out_of_time()
         self.schedule.done()
+        self._give_back(final=True)
         for trial in self.schedule.trials:
             if trial.ended == halving.STOPPED:
                 self.say("trial %d stops at %d epochs (%s=%.4f: %s)", trial.index,
@@ -140,22 +158,84 @@ class Search:
 
     def _collect(self, future, job) -> BaseException | None:
         """Reports a finished trial's fit to the schedule; the error that stops the search,
-        if its fit raised one that is not the trial's own."""
+        if its fit raised one that is not the trial's own. After maxTime, a job that
+        raised was cancelled by it: the trial keeps its last checkpoint."""
         index, _, epochs = job
         try:
             self._finished(index, epochs, future.result())
-        except TaskFailedError as e:  # the trial's own: its modelFn, its data
+        except Exception as e:  # noqa: BLE001 - sorted below
+            if self.out_of_time and not self.stopping:
+                self._cut(index)
+                return None
             self.schedule.fail(index)
+            if not isinstance(e, TaskFailedError):  # the search's: raised by run
+                return e
             if self.stopping:  # cancelled by the search's own error: not the trial's
                 return None
-            self.errors[index] = f"{type(e).__name__}: {e}"
+            self.errors[index] = f"{type(e).__name__}: {e}"  # the trial's own failure
             self._write("fail", index, error=self.errors[index])
             self.say("trial %d (%s) failed: %s", index, self._label(index),
                      str(e).splitlines()[0])
-        except BaseException as e:  # noqa: BLE001 - the search's: raised by run
+        except BaseException as e:  # noqa: BLE001 - Ctrl-C: raised by run
             self.schedule.fail(index)
             return e
         return None
+
+    def _time_left(self) -> float | None:
+        return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+
+    def _time_is_up(self) -> bool:
+        """Whether maxTime ran out (said once): no job starts any more, the running ones
+        are cancelled."""
+        if not self.out_of_time and self.deadline is not None and \
+                time.monotonic() >= self.deadline:
+            self.out_of_time = True
+            running = [t.index for t in self.schedule.trials if t.running]
+            self.say("maxTime ran out: no job starts any more%s", (
+                f"; the jobs of trials {', '.join(map(str, running))} stop at their last "
+                "checkpoint" if running else ""))
+        return self.out_of_time
+
+    def _cut(self, index: int) -> None:
+        """Trial ``index``'s job was cancelled at maxTime: it keeps what its last
+        checkpoint holds."""
+        self.runner.as_far_as_it_got(index)
+        trained = self.runner.epochs_trained(index)
+        self.schedule.trials[index].running = False
+        self.schedule.end(index, f"maxTime ran out after {trained} epochs")
+        self.say("trial %d (%s) stops at maxTime after %d epochs", index, self._label(index),
+                 trained)
+
+    def _give_back(self, final: bool = False) -> None:
+        """Removes the checkpoints of the trials that can no longer train on (all but the
+        best's once the search is over), unless ``keepTrialCheckpoints``."""
+        if self.keep_checkpoints:
+            return
+        best = self.schedule.best()
+        alive = set() if final else self.schedule.may_train()
+        for trial in self.schedule.trials:
+            if trial.index in self.given_back or trial.index in alive or trial.running or (
+                    best is not None and trial.index == best.index):
+                continue
+            self.given_back.add(trial.index)
+            if self.runner.give_back(trial.index) and self.verbose > 1:
+                self.say("trial %d can no longer be promoted: its checkpoints are given "
+                         "back", trial.index)
+
+    def _told(self) -> list[samplers.Told]:
+        """What the sampler is told: every drawn trial's results at the rungs it reached."""
+        rungs = self.schedule.rungs
+        return [samplers.Told(tuple(self.draws[t.index]),
+                              {rungs[k]: m for k, m in enumerate(t.metrics)},
+                              complete=t.ended == halving.FINISHED,
+                              failed=t.ended == halving.FAILED, running=t.running)
+                for t in self.schedule.trials if t.index in self.draws]
+
+    def _use_draw(self, index: int, drawn: list) -> None:
+        self.draws[index] = list(drawn)
+        self.runner.drawn(index, self.sampler.param_map(drawn))
+        self.labels[index] = trials.labels([self.runner.maps[index]], self.runner.stage,
+                                           drawn=self.sampler.names)[0]
 
     def _label(self, index: int) -> str:
         return trials.shown(self.labels[index])
@@ -165,7 +245,13 @@ class Search:
             self.say("trial %d continues its job from %d to %d epochs, which the lost "
                      "driver had started", index, start, epochs)
             return
-        self._write("start", index, epochs=[start, epochs])
+        if self.sampler is not None and index not in self.draws:
+            self._use_draw(index, self.sampler.draw(index, self._told()))
+            self._write("start", index, epochs=[start, epochs], drawn=self.draws[index])
+            self.say("trial %d drawn by TPE from the results of %d trials: %s", index,
+                     sum(1 for t in self.schedule.trials if t.metrics), self._label(index))
+        else:
+            self._write("start", index, epochs=[start, epochs])
         if start:
             k = self.schedule.rungs.index(start)
             self.say("trial %d promoted: it continues from %d to %d epochs (%s=%.4f, in the "
@@ -205,6 +291,12 @@ class Search:
         """The best trial's index and every trial's record; ``SparkTFError`` if every
         trial failed."""
         best = self.schedule.best()
+        if best is None and self.out_of_time:
+            raise SparkTFError(
+                f"maxTime ran out before any trial finished its first rung "
+                f"({self.schedule.rungs[0]} epochs): there is no best trial yet. Fit the "
+                "search again with a larger maxTime (with a runId it continues where it "
+                "stopped), or fewer minEpochs.")
         if best is None:
             said = "; ".join(f"trial {i}: {e.splitlines()[0]}" for i, e in
                              sorted(self.errors.items())[:3])

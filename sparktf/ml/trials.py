@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import threading
 from typing import Any
@@ -21,9 +22,12 @@ from pyspark.ml import Pipeline, PipelineModel
 from pyspark.ml.param import Param
 
 from sparktf.errors import InvalidInputError
+from sparktf.ml import runs
 from sparktf.ml.estimator import LOGS_TO_MLFLOW, TFEstimator
 from sparktf.runtime import storage
 from sparktf.runtime.training import checkpoint
+
+logger = logging.getLogger("sparktf")
 
 # hparams keys the estimator's own Params fill (TFEstimator.hparams): a hyperParams key of
 # one of these names never reaches modelFn
@@ -211,7 +215,48 @@ class Trials:
         self.histories: dict[int, dict] = {}
         self._prefix_models: dict[str, PipelineModel] = {}
         self._lock = threading.Lock()
-        self.estimators = [self._estimator(i) for i in range(len(maps))]  # refuses early
+        # refuses early; a trial drawn when it starts (sampler="tpe") has none before
+        self.estimators = [self._estimator(i) if m is not None else None
+                           for i, m in enumerate(maps)]
+
+    def drawn(self, index: int, param_map: dict) -> None:
+        """Trial ``index``'s Params, drawn as it starts."""
+        self.maps[index] = param_map
+        self.estimators[index] = self._estimator(index)
+
+    def run_dir(self, index: int) -> str:
+        return storage.join(self.folder, f"trial-{index:03d}")
+
+    def give_back(self, index: int) -> bool:
+        """Removes trial ``index``'s checkpoints (its record, history and export stay);
+        whether it had any."""
+        found = storage.join(self.run_dir(index), checkpoint.CHECKPOINTS)
+        if not storage.exists(found):
+            return False
+        storage.remove_dir(found)
+        return True
+
+    def as_far_as_it_got(self, index: int) -> None:
+        """Trial ``index``'s history as its last checkpoint holds it (its job was cancelled
+        at maxTime)."""
+        latest = checkpoint.latest(self.run_dir(index))
+        if latest and latest.get("history"):
+            with self._lock:
+                self.histories[index] = latest["history"]
+
+    def _afresh_if_given_back(self, index: int, epochs: int) -> None:
+        """A trial whose checkpoints were given back and is now asked for more epochs than
+        it trained (an extended search promoted it) trains from the start."""
+        run_dir = self.run_dir(index)
+        if not storage.exists(storage.join(run_dir, runs.RESULT_FILE)) or \
+                checkpoint.latest(run_dir) is not None:
+            return
+        trained = json.loads(storage.read_bytes(storage.join(run_dir, runs.RESULT_FILE)))
+        if trained.get("epochs", epochs) >= epochs:
+            return
+        logger.info("sparktf: trial %d's checkpoints were given back when it could no longer "
+                    "be promoted: it trains from the start to %d epochs", index, epochs)
+        storage.remove_dir(run_dir)
 
     def _estimator(self, index: int) -> TFEstimator:
         own = {p: v for p, v in self.maps[index].items() if p.parent == self.stage.uid}
@@ -236,6 +281,7 @@ class Trials:
         what the fit raises (a ``TaskFailedError`` is the trial's own failure)."""
         token = LOGS_TO_MLFLOW.set(False)  # the search logs its trials
         try:
+            self._afresh_if_given_back(index, epochs)
             prefix = self._prefix_model(index)
             rows = prefix.transform(self.train_rows) if prefix is not None else self.train_rows
             fitted = self.estimators[index].copy({self.stage.epochs: epochs}).fit(rows)

@@ -8,7 +8,11 @@ stop there. ``parallelism`` trials train at once, each a ``TFEstimator`` fit of 
 ``runId`` (``trials``). The metric is a key of the fits' history (``metric``, e.g.
 ``val_loss``) or an ``evaluator`` on validation rows held out as ``TrainValidationSplit``
 holds them (``trainRatio``, ``seed``). With a ``runId`` the search keeps a journal of its
-decisions and a search of the same ``runId`` resumes from it (``search_journal``).
+decisions and a search of the same ``runId`` resumes from it (``search_journal``), or
+grows: fitted again with more ``numTrials`` or a larger ``maxEpochs``, it trains only the
+new work. Sampled trials are drawn at random or by Optuna's TPE (``sampler``,
+``samplers``); ``maxTime`` bounds the search's wall time; a trial that can no longer be
+promoted gives its checkpoints back (``keepTrialCheckpoints``).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from sparktf.errors import InvalidInputError
 from sparktf.ml import (
     halving,
     runs,
+    samplers,
     scratch,
     search_checks,
     search_journal,
@@ -89,12 +94,25 @@ class _HalvingSearchParams(HasSeed):
                                verbosity)
     runId: Param = new_param("runId", "a name for the search's folder under the estimator's "
                              "modelDir: a search of the same runId resumes from its journal "
-                             "after its driver was lost", TypeConverters.toString)
+                             "after its driver was lost, or grows (more numTrials, a larger "
+                             "maxEpochs)", TypeConverters.toString)
+    sampler: Param = new_param("sampler", "how sampled trials are drawn: 'random' (each from "
+                               "paramDistributions up front) or 'tpe' (Optuna's TPE, each as "
+                               "it starts, told every result at every rung)",
+                               one_of("sampler", samplers.SAMPLERS))
+    maxTime: Param = new_param("maxTime", "seconds the search may take: no job starts after "
+                               "them, running jobs stop at their last checkpoint, the result "
+                               "is the best so far (unset: no limit)", TypeConverters.toFloat)
+    keepTrialCheckpoints: Param = new_param("keepTrialCheckpoints", "keep every trial's "
+                                            "checkpoints (default: a trial that can no longer "
+                                            "be promoted gives them back)",
+                                            TypeConverters.toBoolean)
 
     def __init__(self, *args):
         super().__init__(*args)
         self._setDefault(metric="val_loss", metricMode="auto", minEpochs=1,
-                         reductionFactor=3, trainRatio=0.75, verbose=1, seed=0)
+                         reductionFactor=3, trainRatio=0.75, verbose=1, seed=0,
+                         sampler="random", keepTrialCheckpoints=False)
 
     def getEstimator(self):
         return self.getOrDefault(self.estimator)
@@ -122,6 +140,9 @@ class _HalvingSearchParams(HasSeed):
         return self.getOrDefault(self.parallelism) if self.isDefined(self.parallelism) \
             else None
 
+    def getMaxTime(self) -> float | None:
+        return self.getOrDefault(self.maxTime) if self.isDefined(self.maxTime) else None
+
 
 @add_setters
 class HalvingSearch(Estimator, _HalvingSearchParams, MLReadable, MLWritable):
@@ -139,7 +160,8 @@ class HalvingSearch(Estimator, _HalvingSearchParams, MLReadable, MLWritable):
     def __init__(self, *, estimator=None, estimatorParamMaps=None, paramDistributions=None,
                  numTrials=None, evaluator=None, metric="val_loss", metricMode="auto",
                  minEpochs=1, maxEpochs=None, reductionFactor=3, parallelism=None,
-                 trainRatio=0.75, seed=0, verbose=1, runId=None):
+                 trainRatio=0.75, seed=0, verbose=1, runId=None, sampler="random",
+                 maxTime=None, keepTrialCheckpoints=False):
         super().__init__()
         self._set(**without_none(self._input_kwargs))
 
@@ -147,7 +169,8 @@ class HalvingSearch(Estimator, _HalvingSearchParams, MLReadable, MLWritable):
     def setParams(self, *, estimator=None, estimatorParamMaps=None, paramDistributions=None,
                   numTrials=None, evaluator=None, metric="val_loss", metricMode="auto",
                   minEpochs=1, maxEpochs=None, reductionFactor=3, parallelism=None,
-                  trainRatio=0.75, seed=0, verbose=1, runId=None):
+                  trainRatio=0.75, seed=0, verbose=1, runId=None, sampler="random",
+                  maxTime=None, keepTrialCheckpoints=False):
         """Sets the given Params; see the constructor."""
         return self._set(**without_none(self._input_kwargs))
 
@@ -168,7 +191,8 @@ class HalvingSearch(Estimator, _HalvingSearchParams, MLReadable, MLWritable):
         return search_persistence.SearchReader(cls)
 
     def trial_maps(self) -> list[dict]:
-        """Each trial's Params: the grid, or ``numTrials`` draws."""
+        """Each trial's Params: the grid, or ``numTrials`` draws (at random: those a
+        model-based sampler's trials are checked with before any job)."""
         stage, prefix = trials.tuned_stage(self.getEstimator())
         grid, dists = self.getEstimatorParamMaps(), self.getParamDistributions()
         if (grid is None) == (dists is None):
@@ -189,6 +213,7 @@ class HalvingSearch(Estimator, _HalvingSearchParams, MLReadable, MLWritable):
 
     @scratch.removes_its_folder_on_failure
     def _fit(self, dataset):
+        started = time.monotonic()
         if not self.isDefined(self.estimator):
             raise InvalidInputError("HalvingSearch needs estimator: the TFEstimator (or a "
                                     "Pipeline ending in one) to tune.")
@@ -201,6 +226,7 @@ class HalvingSearch(Estimator, _HalvingSearchParams, MLReadable, MLWritable):
                 f"is unset and so the estimator's epochs={stage.getEpochs()}. Set maxEpochs.")
         rungs = halving.rungs(self.getOrDefault(self.minEpochs), self.getMaxEpochs(),
                               self.getOrDefault(self.reductionFactor))
+        self._check_budget(maps)
         session = sessions.Session(dataset.sparkSession)
         run_id = self.getRunId()
         if run_id is not None:
@@ -218,16 +244,19 @@ class HalvingSearch(Estimator, _HalvingSearchParams, MLReadable, MLWritable):
                 if run_id is not None:
                     stack.enter_context(runs.owned(folder, "search"))  # one driver at a time
                 search, runner = self._search(maps, rungs, folder, train, validation, run_id)
+                if self.getMaxTime() is not None:
+                    search.deadline = started + self.getMaxTime()
                 search.run(self.getParallelism() or self._slots_for(session, stage),
                            dataset.sparkSession)
                 best, records = search.result()
-                best_model = runner.model(best, rungs[search.schedule.trials[best].rung])
+                best_model = runner.model(
+                    best, search.schedule.rungs[search.schedule.trials[best].rung])
         finally:
             for frame in (train, validation):
                 if frame is not dataset and frame is not None:
                     frame.unpersist()
         model = self._copyValues(HalvingSearchModel(
-            bestModel=best_model, bestParams=maps[best], trialRecords=records,
+            bestModel=best_model, bestParams=runner.maps[best], trialRecords=records,
             bestTrial=best))
         if "mlflow" in sys.modules:
             from sparktf.ml import search_tracking
@@ -236,33 +265,63 @@ class HalvingSearch(Estimator, _HalvingSearchParams, MLReadable, MLWritable):
 
     def _search(self, maps, rungs, folder, train, validation, run_id):
         """The search's loop over its trials, resumed from its journal if it has a
-        ``runId`` and a lost driver wrote one."""
+        ``runId`` and a lost driver wrote one, or grown from a finished search's."""
         stage, _ = trials.tuned_stage(self.getEstimator())
+        factor, seed = self.getOrDefault(self.reductionFactor), self.getOrDefault(self.seed)
+        drawn = tuple(k for k in self.getParamDistributions() or {} if isinstance(k, str))
+        labels = trials.labels(maps, stage, drawn=drawn)
         runner = trials.Trials(self.getEstimator(), maps, folder, train, validation,
                                self.getEvaluator(), self.getOrDefault(self.metric))
-        labels = trials.labels(maps, stage, drawn=tuple(
-            k for k in self.getParamDistributions() or {} if isinstance(k, str)))
-        larger_is_better = search_checks.check(self, runner, rungs, labels)
-        order = [int(i) for i in
-                 np.random.default_rng(self.getOrDefault(self.seed)).permutation(len(maps))]
-        factor = self.getOrDefault(self.reductionFactor)
+        larger_is_better = search_checks.check(self, runner.estimators, rungs, labels)
+        sampler, num_trials = None, len(maps)
+        if self.getParamDistributions() is not None and \
+                self.getOrDefault(self.sampler) == "tpe":  # drawn as they start
+            sampler = samplers.TPE(stage, self.getParamDistributions(), seed, num_trials)
+            labels = [{} for _ in maps]
+            runner = trials.Trials(self.getEstimator(), [None] * num_trials, folder, train,
+                                   validation, self.getEvaluator(),
+                                   self.getOrDefault(self.metric))
+        before = search_journal.asked_before(folder) if run_id is not None else None
+        if before is not None:  # a grown search keeps the rungs it has results at
+            rungs = halving.extended(before.get("rungs", rungs), rungs, factor)
+        order = _start_order(seed, len(before.get("trials") or before.get("order") or [])
+                             if before else num_trials, num_trials)
         metric = self.getOrDefault(self.metric) if self.getEvaluator() is None \
             else self.getEvaluator().getMetricName()
         journal = None if run_id is None else search_journal.Journal(folder, {
-            "trials": labels, "rungs": rungs, "reductionFactor": factor, "order": order,
-            "metric": metric, "largerIsBetter": larger_is_better,
-            **self._shared_settings()})
-        search = search_loop.Search(runner, halving.Halving(len(maps), rungs, factor, order),
-                                    labels, metric, larger_is_better,
-                                    self.getOrDefault(self.verbose), journal)
+            "trials": labels if sampler is None else None, "rungs": rungs,
+            "reductionFactor": factor, "order": order, "metric": metric,
+            "largerIsBetter": larger_is_better,
+            **self._shared_settings(sampler, num_trials)})
+        search = search_loop.Search(
+            runner, halving.Halving(num_trials, rungs, factor, order), labels, metric,
+            larger_is_better, self.getOrDefault(self.verbose), journal, sampler=sampler,
+            keep_checkpoints=self.getOrDefault(self.keepTrialCheckpoints))
         return search, runner
 
-    def _shared_settings(self) -> dict:
+    def _check_budget(self, maps) -> None:
+        max_time = self.getMaxTime()
+        if max_time is not None and not max_time > 0:
+            raise InvalidInputError("maxTime is the seconds the search may take: a number "
+                                    f"above 0. Received: maxTime={max_time}")
+        if self.getOrDefault(self.sampler) == "tpe":
+            if self.getParamDistributions() is None:
+                raise InvalidInputError(
+                    "sampler='tpe' draws trials from paramDistributions, and the search has "
+                    "a grid (estimatorParamMaps), whose trials are enumerated: set "
+                    "paramDistributions with numTrials, or leave sampler='random'.")
+            samplers.TPE(trials.tuned_stage(self.getEstimator())[0],
+                         self.getParamDistributions(), 0, len(maps))  # Optuna installed
+
+    def _shared_settings(self, sampler, num_trials: int) -> dict:
         """What every trial's fit shares, which a resumed search must share too: the rows'
         split, the evaluator, the estimator's training Params and model, the Params of a
-        Pipeline's earlier stages."""
+        Pipeline's earlier stages; a model-based sampler's space and number of trials."""
         stage, prefix = trials.tuned_stage(self.getEstimator())
         shared = {"seed": self.getOrDefault(self.seed)}
+        if sampler is not None:
+            shared.update(sampler="tpe", numTrials=num_trials, space=[
+                [getattr(k, "name", k), repr(d)] for k, d in zip(sampler.keys, sampler.dists)])
         evaluator = self.getEvaluator()
         if evaluator is not None:
             shared["trainRatio"] = self.getOrDefault(self.trainRatio)
@@ -298,6 +357,14 @@ class HalvingSearch(Estimator, _HalvingSearchParams, MLReadable, MLWritable):
                                          stage.getEvaluator()))
         slots = checks.check_capacity(session, tasks, "HalvingSearch")
         return max(1, slots // tasks)
+
+
+def _start_order(seed: int, before: int, now: int) -> list[int]:
+    """The order trials start in: a permutation of the first ``before`` (the trials of the
+    search a grown one extends, in its order), then of the new ones."""
+    order = [int(i) for i in np.random.default_rng(seed).permutation(min(before, now))]
+    rest = np.random.default_rng([seed, before]).permutation(max(0, now - before))
+    return order + [before + int(i) for i in rest]
 
 
 class HalvingSearchModel(Model, _HalvingSearchParams, MLReadable, MLWritable):

@@ -79,6 +79,7 @@ def test_halving_search_picks_and_scores_what_train_validation_split_does_on_con
     print(result)
     assert result["best"] == {"units": 64}
     assert result["trials_frame"] == 2 and result["same_predictions"]
+    assert result["new_params"] == [900.0, "tpe", 60.0, True, 3]  # sampler, maxTime... saved
     by_trial = {t["trial"]: t for t in result["trials"]}
     assert by_trial[1]["rungEpochs"] == [2, 4] and by_trial[1]["epochs"] == 4
     assert by_trial[0]["rungEpochs"] == [2] and by_trial[0]["epochs"] == 2

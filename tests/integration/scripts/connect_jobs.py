@@ -171,16 +171,23 @@ def halving_search(spark, workdir):
     grid = ParamGridBuilder().addGrid(est.hyperParams, [{"units": 4}, {"units": 64}]).build()
     search = HalvingSearch(estimator=est, estimatorParamMaps=grid, trainRatio=0.75, seed=7,
                            evaluator=MulticlassClassificationEvaluator(metricName="accuracy"),
-                           minEpochs=2, maxEpochs=4, reductionFactor=2)
+                           minEpochs=2, maxEpochs=4, reductionFactor=2, maxTime=900.0)
     model = search.fit(train)
     path = os.path.join(workdir, "halving-search-model")
     model.write().save(path)
     loaded = HalvingSearchModel.load(path)
+    tpe = HalvingSearch(estimator=est, paramDistributions={"units": [4, 64]}, numTrials=3,
+                        sampler="tpe", maxTime=60.0, keepTrialCheckpoints=True)
+    tpe.write().save(os.path.join(workdir, "tpe-search"))
+    tpe_loaded = HalvingSearch.load(os.path.join(workdir, "tpe-search"))
     emit("halving_search", {
         "best": model.bestParams[est.hyperParams], "tvs": FITTED.get("tvs"),
         "trials": [{k: r[k] for k in ("trial", "epochs", "rungEpochs", "metrics")}
                    for r in model.trialRecords],
         "trials_frame": model.trials.count(),
+        "new_params": [loaded.getMaxTime(), tpe_loaded.getOrDefault("sampler"),
+                       tpe_loaded.getMaxTime(), tpe_loaded.getOrDefault("keepTrialCheckpoints"),
+                       tpe_loaded.getOrDefault("numTrials")],
         "same_predictions": loaded.transform(test).select("prediction").collect() ==
         model.transform(test).select("prediction").collect()})
 
