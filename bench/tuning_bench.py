@@ -17,12 +17,21 @@ Printed: epochs trained, wall clock, the best point and its
 validation accuracy for each, and the ratios (targets: epochs <= 1/5, wall clock <= 1/3,
 the same best point or an accuracy within 1%).
 
+With ``--samplers``: after ``TrainValidationSplit`` on the grid, sampled searches over the
+same space (learning rate log-uniform over the grid's range, width one of the grid's)
+with as many trials as the grid has points, ``sampler="random"`` against ``"tpe"``, for
+``--seeds`` seeds each: the best validation accuracy, and the epochs the search had
+trained (in the order its journal holds its results) when a trial first came within 0.5%
+of ``TrainValidationSplit``'s best.
+
     .venv/bin/python bench/tuning_bench.py [--epochs 27] [--min-epochs 1]
+    .venv/bin/python bench/tuning_bench.py --samplers [--epochs 9] [--seeds 0 1 2]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -68,7 +77,12 @@ def main(argv=None) -> None:
     parser.add_argument("--min-epochs", type=int, default=1)
     parser.add_argument("--evaluator", action="store_true",
                         help="the search scores the held-out rows with the evaluator")
+    parser.add_argument("--samplers", action="store_true",
+                        help="sampled searches, random against TPE, after TrainValidationSplit")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     args = parser.parse_args(argv)
+    if args.samplers:
+        return samplers(args)
 
     from pyspark.ml.evaluation import MulticlassClassificationEvaluator
     from pyspark.ml.tuning import ParamGridBuilder, TrainValidationSplit
@@ -132,6 +146,79 @@ def main(argv=None) -> None:
           f"(target <= 0.2), wall clock {search_s / tvs_s:.3f} (target <= 0.333), best "
           f"accuracy {search_best[1] / metrics[at]:.4f} (target >= 0.99), same best point: "
           f"{found.bestTrial == at}")
+    spark.stop()
+
+
+def _epochs_to_reach(folder: str, threshold: float) -> int | None:
+    """The epochs the search in ``folder`` had trained, its results taken in its journal's
+    order, when a trial's ``val_accuracy`` first reached ``threshold`` (None: never)."""
+    with open(os.path.join(folder, "search.json")) as f:
+        events = json.load(f)["events"]
+    trained, started = 0, {}
+    for event in events:
+        if event["kind"] == "start":
+            started[event["trial"]] = event["epochs"]
+        elif event["kind"] == "report":
+            start, end = started[event["trial"]]
+            accuracy = event["history"]["val_accuracy"]
+            for epoch in range(start, end):
+                trained += 1
+                if accuracy[epoch] >= threshold:
+                    return trained
+    return None
+
+
+def samplers(args) -> None:
+    """TrainValidationSplit's best on the grid, then random against TPE over its space."""
+    from pyspark.ml.evaluation import MulticlassClassificationEvaluator
+    from pyspark.ml.tuning import ParamGridBuilder, TrainValidationSplit
+    from pyspark.sql import functions as F
+
+    from sparktf.ml import TFEstimator
+    from sparktf.ml.tuning import HalvingSearch, choice, logUniform
+
+    logging.basicConfig(level=logging.WARNING)
+    spark = common.session()
+    folder = common.scratch("sparktf-tuning-bench-")
+    frame = digits_frame(spark, folder)
+    est = TFEstimator(modelFn=digits_cnn, numWorkers=1, batchSize=BATCH, epochs=args.epochs,
+                      hyperParams={"units": WIDTHS[0]}, shuffle=True, seed=1, verbose=0,
+                      inputMode="parquet", modelDir=folder)
+    grid = ParamGridBuilder().addGrid(est.learningRate, RATES) \
+        .addGrid(est.hyperParams, [{"units": w} for w in WIDTHS]).build()
+    evaluator = MulticlassClassificationEvaluator(metricName="accuracy")
+    tvs = TrainValidationSplit(estimator=est, estimatorParamMaps=grid, evaluator=evaluator,
+                               trainRatio=0.75, seed=7, parallelism=2)
+    oracle, tvs_s = common.timed(tvs.fit, frame)
+    best = max(oracle.validationMetrics)
+    print(f"TrainValidationSplit: {len(grid)} points x {args.epochs} epochs, {tvs_s:.0f} s, "
+          f"best validation accuracy {best:.4f}; within 0.5%: >= {0.995 * best:.4f}")
+    rows = frame.select("*", (F.rand(7) >= 0.75).alias("held"))
+    space = {est.learningRate: logUniform(min(RATES), max(RATES)), "units": choice(WIDTHS)}
+    found: dict = {}
+    for sampler in ("random", "tpe"):
+        for seed in args.seeds:
+            run_id = f"{sampler}-{seed}"
+            search = HalvingSearch(estimator=est.copy({est.validationCol: "held"}),
+                                   paramDistributions=space, numTrials=len(grid),
+                                   sampler=sampler, seed=seed, metric="val_accuracy",
+                                   minEpochs=args.min_epochs, maxEpochs=args.epochs,
+                                   reductionFactor=3, parallelism=2, runId=run_id, verbose=0)
+            model, took = common.timed(search.fit, rows)
+            accuracy = max(max(r["history"].get("val_accuracy") or [0.0])
+                           for r in model.trialRecords)
+            epochs = sum(r["epochs"] for r in model.trialRecords)
+            reach = _epochs_to_reach(os.path.join(folder, run_id), 0.995 * best)
+            found.setdefault(sampler, []).append((accuracy, reach, epochs, took))
+            print(f"  {sampler:6s} seed {seed}: best val_accuracy {accuracy:.4f}, within 0.5% "
+                  f"after {reach if reach is not None else 'never'} of {epochs} epochs, "
+                  f"{took:.0f} s")
+    for sampler, runs in found.items():
+        reached = [r[1] for r in runs if r[1] is not None]
+        print(f"{sampler:6s}: best val_accuracy mean {sum(r[0] for r in runs) / len(runs):.4f}"
+              f" (ratio to TrainValidationSplit's {sum(r[0] for r in runs) / len(runs) / best:.4f}"
+              f"), within 0.5% in {len(reached)} of {len(runs)} seeds, after "
+              + (f"{sum(reached) / len(reached):.0f}" if reached else "-") + " epochs on mean")
     spark.stop()
 
 
