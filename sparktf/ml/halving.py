@@ -48,9 +48,10 @@ def rungs(min_epochs: int, max_epochs: int, factor: int) -> list[int]:
 def extended(before: list[int], now: list[int], factor: int) -> list[int]:
     """The rungs of a finished search asked for a larger ``maxEpochs``: its own rungs,
     then on by ``factor`` up to the new last rung (``now[-1]``), so that every result it
-    holds stays a result at a rung. ``now`` itself when nothing grew."""
-    if now[-1] <= before[-1]:
-        return now if now[-1] < before[-1] else list(before)
+    holds stays a result at a rung. ``now`` itself when the search does not grow so (the
+    same rungs, fewer epochs, another ``minEpochs`` or factor: which its journal refuses)."""
+    if now[-1] <= before[-1] or before[:-1] != now[:len(before) - 1]:
+        return now
     grown, epochs = list(before), before[-1] * factor
     while epochs < now[-1]:
         grown.append(epochs)

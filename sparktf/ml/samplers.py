@@ -103,7 +103,8 @@ class TPE:
                 state=kind, value=value, params=params, distributions=self.space,
                 intermediate_values=values))
         seed = int(np.random.SeedSequence([self.seed, index]).generate_state(1)[0])
-        sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=self.startup)
+        sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=self.startup,
+                                             multivariate=True, constant_liar=True)
         with _quiet(optuna):
             storage = optuna.storages.InMemoryStorage()
             storage.create_new_study([optuna.study.StudyDirection.MINIMIZE], "sparktf")

@@ -52,6 +52,14 @@ class Journal:
             then, now = before["asked"].get(key), self.asked.get(key)
             if then == now or _grows(key, then, now):
                 continue
+            if _grows(key, now, then):
+                raise InvalidInputError(
+                    f"The search in {self.path.rsplit('/', 1)[0]} has "
+                    + (f"{len(then)} trials" if key in ("trials", "order") else
+                       f"{then} trials" if key == "numTrials" else
+                       f"rungs up to {then[-1]} epochs")
+                    + ": a search grows (more numTrials, a larger maxEpochs) but does not "
+                    "shrink. Ask at least as many, or use a new runId.")
             if isinstance(then, dict) and isinstance(now, dict):  # a model's, an evaluator's
                 differ += [f"{key}: {said}" for said in identity.differences(then, now)]
             else:

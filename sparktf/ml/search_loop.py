@@ -164,8 +164,8 @@ class Search:
         try:
             self._finished(index, epochs, future.result())
         except Exception as e:  # noqa: BLE001 - sorted below
-            if self.out_of_time and not self.stopping:
-                self._cut(index)
+            if self.out_of_time and not self.stopping and not isinstance(e, TaskFailedError):
+                self._cut(index)  # its job cancelled
                 return None
             self.schedule.fail(index)
             if not isinstance(e, TaskFailedError):  # the search's: raised by run
@@ -208,9 +208,10 @@ class Search:
 
     def _give_back(self, final: bool = False) -> None:
         """Removes the checkpoints of the trials that can no longer train on (all but the
-        best's once the search is over), unless ``keepTrialCheckpoints``."""
-        if self.keep_checkpoints:
-            return
+        best's once the search is over), unless ``keepTrialCheckpoints``, or maxTime cut a
+        search that a fit of its ``runId`` continues."""
+        if self.keep_checkpoints or self.out_of_time and self.journal is not None:
+            return  # a search cut by maxTime continues from them when fitted again
         best = self.schedule.best()
         alive = set() if final else self.schedule.may_train()
         for trial in self.schedule.trials:

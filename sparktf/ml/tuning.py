@@ -284,8 +284,7 @@ class HalvingSearch(Estimator, _HalvingSearchParams, MLReadable, MLWritable):
         before = search_journal.asked_before(folder) if run_id is not None else None
         if before is not None:  # a grown search keeps the rungs it has results at
             rungs = halving.extended(before.get("rungs", rungs), rungs, factor)
-        order = _start_order(seed, len(before.get("trials") or before.get("order") or [])
-                             if before else num_trials, num_trials)
+        order = _start_order(seed, before.get("order") if before else None, num_trials)
         metric = self.getOrDefault(self.metric) if self.getEvaluator() is None \
             else self.getEvaluator().getMetricName()
         journal = None if run_id is None else search_journal.Journal(folder, {
@@ -359,12 +358,16 @@ class HalvingSearch(Estimator, _HalvingSearchParams, MLReadable, MLWritable):
         return max(1, slots // tasks)
 
 
-def _start_order(seed: int, before: int, now: int) -> list[int]:
-    """The order trials start in: a permutation of the first ``before`` (the trials of the
-    search a grown one extends, in its order), then of the new ones."""
-    order = [int(i) for i in np.random.default_rng(seed).permutation(min(before, now))]
-    rest = np.random.default_rng([seed, before]).permutation(max(0, now - before))
-    return order + [before + int(i) for i in rest]
+def _start_order(seed: int, before: list[int] | None, now: int) -> list[int]:
+    """The order ``now`` trials start in: a permutation drawn from ``seed``; for a search
+    that grows, the order of the search it extends (``before``), then a permutation of
+    the new trials."""
+    if before is None:
+        return [int(i) for i in np.random.default_rng(seed).permutation(now)]
+    if now <= len(before):
+        return list(before[:now])
+    rest = np.random.default_rng([seed, len(before)]).permutation(now - len(before))
+    return list(before) + [len(before) + int(i) for i in rest]
 
 
 class HalvingSearchModel(Model, _HalvingSearchParams, MLReadable, MLWritable):

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sparktf.errors import InvalidInputError
-from sparktf.ml import halving, search_journal
+from sparktf.ml import halving, search_journal, search_loop, tuning
 from tests.unit.test_search_journal import _search
 
 
@@ -23,6 +23,19 @@ def test_a_grown_search_keeps_the_rungs_it_has_results_at():
     assert halving.extended([1, 3, 10], [1, 3, 9, 27, 50], 3) == [1, 3, 10, 30, 50]
     assert halving.extended([1, 3], [1, 3], 3) == [1, 3]
     assert halving.extended([1, 3, 9], [1, 3], 3) == [1, 3]  # smaller: refused by load
+    assert halving.extended([1, 3, 9], [2, 6, 18, 27], 3) == [2, 6, 18, 27]  # minEpochs
+    assert halving.extended([1, 3, 9], [2, 6, 9], 3) == [2, 6, 9]  # changed: refused
+
+
+def test_the_start_order_of_a_grown_search_is_the_order_it_had_then_the_new_trials():
+    """Grown twice, and fitted again as it is (a resume): each order extends the last."""
+    first = tuning._start_order(7, None, 9)
+    assert sorted(first) == list(range(9))
+    grown = tuning._start_order(7, first, 18)
+    assert grown[:9] == first and sorted(grown[9:]) == list(range(9, 18))
+    assert tuning._start_order(7, grown, 18) == grown
+    again = tuning._start_order(7, grown, 27)
+    assert again[:18] == grown and sorted(again) == list(range(27))
 
 
 def _asha_holds(schedule: halving.Halving) -> None:
@@ -62,8 +75,13 @@ def test_a_grown_search_trains_only_its_new_work_and_promotes_as_asha(
     folder = str(tmp_path_factory.mktemp("grown"))
     order = list(range(first))
     before, before_trained = _search(first, rungs, 3, order, slots, outcome, priority, folder)
-    grown, grown_trained = _search(total, grown_rungs, 3, order + list(range(first, total)),
-                                   slots, outcome, priority, folder)
+    grown_order = tuning._start_order(0, order, total)
+    grown, grown_trained = _search(total, grown_rungs, 3, grown_order, slots, outcome,
+                                   priority, folder)
+    again, again_trained = _search(total, grown_rungs, 3, tuning._start_order(
+        0, grown_order, total), slots, outcome, priority, folder)  # fitted again: nothing
+    assert again_trained == [] and [t.metrics for t in again.trials] == \
+        [t.metrics for t in grown.trials]
     assert not set(grown_trained) & set(before_trained), "no job trains twice"
     for trial in range(first):  # the first trials keep every result they had
         assert grown.trials[trial].metrics[:len(before.trials[trial].metrics)] == \
@@ -121,11 +139,50 @@ def test_a_journal_grows_but_does_not_shrink(tmp_path):
     grown = search_journal.Journal(str(tmp_path), {"rungs": [1, 3, 9], "numTrials": 2,
                                                    "trials": [{"lr": 1}, {"lr": 2}]})
     assert grown.load() == [{"kind": "start", "trial": 0, "epochs": [0, 1]}]
-    for shrunk in ({"rungs": [1], "trials": [{"lr": 1}], "numTrials": 1},
-                   {"rungs": [1, 3], "trials": [{"lr": 2}, {"lr": 1}], "numTrials": 1},
-                   {"rungs": [1, 3], "trials": [{"lr": 1}], "numTrials": 0}):
-        with pytest.raises(InvalidInputError, match="other settings"):
+    grown.record("start", 1, epochs=[0, 1])
+    for shrunk in ({"rungs": [1, 3], "trials": [{"lr": 1}, {"lr": 2}], "numTrials": 1},
+                   {"rungs": [1], "trials": [{"lr": 1}, {"lr": 2}], "numTrials": 2},
+                   {"rungs": [1, 3, 9], "trials": [{"lr": 1}], "numTrials": 2}):
+        with pytest.raises(InvalidInputError, match="grows .* but does not shrink"):
             search_journal.Journal(str(tmp_path), shrunk).load()
+    with pytest.raises(InvalidInputError, match="other settings"):
+        search_journal.Journal(str(tmp_path), {"rungs": [1, 3, 9], "numTrials": 2, "trials": [
+            {"lr": 2}, {"lr": 1}]}).load()
+
+
+class _Runner:
+    """What the search loop's disk policy asks of its trials' runner."""
+
+    def __init__(self):
+        self.given, self.histories = [], {}
+
+    def give_back(self, index):
+        self.given.append(index)
+        return True
+
+
+def _finished_schedule():
+    schedule = halving.Halving(4, [1, 3], 2)
+    for value in (1.0, 2.0, 3.0, 4.0):
+        index, _, _ = schedule.next_job()
+        schedule.report(index, value)
+    return schedule
+
+
+def test_a_finished_search_gives_back_all_but_its_best_unless_kept_or_cut_by_max_time(
+        tmp_path):
+    for journal, out_of_time, keep, removed in (
+            (None, False, False, [1, 2, 3]), (None, True, False, [1, 2, 3]),
+            (True, False, False, [1, 2, 3]), (True, True, False, []),  # continued later
+            (True, False, True, [])):
+        runner, schedule = _Runner(), _finished_schedule()
+        search = search_loop.Search(
+            runner, schedule, [{}] * 4, "loss", False, 0,
+            search_journal.Journal(str(tmp_path), {}) if journal else None,
+            keep_checkpoints=keep)
+        search.out_of_time = out_of_time
+        search._give_back(final=True)
+        assert sorted(runner.given) == removed, (journal, out_of_time, keep)
 
 
 # --- TPE: Optuna's sampler told every rung's results ------------------------------------
