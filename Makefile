@@ -19,25 +19,15 @@ NEWEST := .venv-newest
 NEWEST_STAMP := $(NEWEST)/.sparktf-installed
 # what the tests need beyond sparktf, in the versions of the tested set
 TEST_PINS = $$(grep -E '^(pytest|pytest-timeout|iniconfig|pluggy|hypothesis|sortedcontainers)==' constraints.txt)
-# uv installs a set of exact versions (the tested set, the lowest bounds, what pip resolved
-# for the newest) in seconds where pip takes a minute of CPU for each environment; pip
-# still decides wherever a user's pip install is what is tested. Its own small venv, so
-# that every environment's chain can start with it.
-UV_VENV := .venv-uv
-UV := $(UV_VENV)/bin/uv
-UV_PIN = $$(grep -E '^uv==' constraints.txt)
-
-$(UV): constraints.txt
-	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "sparktf needs Python 3.11 or newer; set PYTHON=/path/to/python3.11")'
-	rm -rf $(UV_VENV) && $(PYTHON) -m venv $(UV_VENV)
-	$(UV_VENV)/bin/python -m pip install --quiet $(UV_PIN)
 
 .PHONY: demo test test-lowest test-newest test-cluster lint unit integration fuzz bench java-check clean \
 	environments
 
-$(INSTALLED): pyproject.toml setup.cfg Makefile constraints.txt $(UV)
+$(INSTALLED): pyproject.toml setup.cfg Makefile constraints.txt
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "sparktf needs Python 3.11 or newer; set PYTHON=/path/to/python3.11")'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(UV) pip install --quiet --python $(BIN)/python -c constraints.txt -e ".[dev]"
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet --no-compile -c constraints.txt -e ".[dev]"
 	$(BIN)/python scripts/write_bytecode.py --zips
 	touch $(INSTALLED)
 
@@ -54,10 +44,10 @@ $(JVM_ARCHIVE): $(INSTALLED)
 
 # The lower bounds first, then sparktf as a user installs it (no constraints): nothing the
 # runtime holds may move (scripts/check_pins.py).
-$(LOWEST_STAMP): pyproject.toml constraints-lowest.txt constraints.txt Makefile $(UV)
+$(LOWEST_STAMP): pyproject.toml constraints-lowest.txt constraints.txt Makefile
 	rm -rf $(LOWEST) && $(PYTHON) -m venv $(LOWEST)
 	$(LOWEST)/bin/python -m pip install --quiet --upgrade pip
-	$(UV) pip install --quiet --python $(LOWEST)/bin/python -r constraints-lowest.txt
+	$(LOWEST)/bin/python -m pip install --quiet --no-compile -r constraints-lowest.txt
 	$(LOWEST)/bin/python -m pip install --quiet --no-compile -e . $(TEST_PINS)
 	$(LOWEST)/bin/python scripts/check_pins.py constraints-lowest.txt
 	$(LOWEST)/bin/python scripts/write_bytecode.py --zips
@@ -66,15 +56,10 @@ $(LOWEST_STAMP): pyproject.toml constraints-lowest.txt constraints.txt Makefile 
 
 # The newest releases pip resolves for sparktf with no constraints (`pip install .`),
 # built again once a day: the next release of a dependency is tested the day it appears.
-# pip resolves (--dry-run --report), uv installs exactly what it chose.
-$(NEWEST_STAMP): pyproject.toml constraints.txt Makefile $(UV)
+$(NEWEST_STAMP): pyproject.toml constraints.txt Makefile
 	rm -rf $(NEWEST) && $(PYTHON) -m venv $(NEWEST)
 	$(NEWEST)/bin/python -m pip install --quiet --upgrade pip
-	$(NEWEST)/bin/python -m pip install --quiet --dry-run --ignore-installed \
-		--report $(NEWEST)/resolved.json -e . $(TEST_PINS)
-	$(UV) pip install --quiet --python $(NEWEST)/bin/python --no-deps -e . \
-		$$($(NEWEST)/bin/python scripts/resolved_pins.py $(NEWEST)/resolved.json)
-	$(NEWEST)/bin/python -m pip check
+	$(NEWEST)/bin/python -m pip install --quiet --no-compile -e . $(TEST_PINS)
 	$(NEWEST)/bin/python scripts/write_bytecode.py --zips
 	$(NEWEST)/bin/python scripts/write_bytecode.py
 	touch $(NEWEST_STAMP)
@@ -147,4 +132,4 @@ bench: java-check $(STAMP)
 	$(BIN)/python bench/feed_bench.py
 
 clean:
-	rm -rf $(VENV) $(LOWEST) $(NEWEST) $(UV_VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) $(LOWEST) $(NEWEST) build *.egg-info .pytest_cache
