@@ -103,10 +103,11 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 
 # The unit tests and the smoke (fit, transform, SQL, save/load, resume, CrossValidator,
-# HalvingSearch, sparktf.run) in the environment $(1). The process lifecycle tests of
+# HalvingSearch, sparktf.run) in the environment $(1), the generated unit tests drawing a
+# third of the main run's cases (tests/budget.py). The process lifecycle tests of
 # spares and task watchdogs (a minute of forks and TensorFlow imports, the same at any
 # version) run in the main environment only: the smoke's fits fork from spares here.
-VERSION_RUN = $(1)/bin/python -m pytest -p no:cacheprovider tests/unit \
+VERSION_RUN = env SPARKTF_VERSION_RUN=1 $(1)/bin/python -m pytest -p no:cacheprovider tests/unit \
 	tests/integration/test_smoke.py --deselect tests/unit/test_spare.py \
 	--deselect tests/unit/test_task_watchdog.py
 test-lowest: java-check $(LOWEST_STAMP)

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from sparktf.runtime.feed import arrival, columns, shards
 from sparktf.runtime.process.context import TaskContext
 from tests import column_cases
+from tests.budget import examples
 
 FUZZ = os.environ.get("SPARKTF_FUZZ") == "1"
 VECTOR = pa.struct([pa.field("type", pa.int8(), nullable=False), ("size", pa.int32()),
@@ -66,7 +67,7 @@ def _context(shard) -> TaskContext:
                        share=share)
 
 
-@settings(max_examples=1000 if FUZZ else 60, deadline=None, derandomize=not FUZZ,
+@settings(max_examples=1000 if FUZZ else examples(60), deadline=None, derandomize=not FUZZ,
           print_blob=True, suppress_health_check=[HealthCheck.too_slow])
 @given(column_cases.frames(), st.integers(1, 5), st.integers(1, 4))
 @example(([column_cases.Kind("bigint", "bigint", st.nothing(), "int64")],
@@ -82,7 +83,7 @@ def test_any_columns_reach_ctx_dataset_as_the_reference_says(frame, batch_size, 
     assert column_cases.mismatches(chosen, rows, read) == []
 
 
-@settings(max_examples=200 if FUZZ else 20, deadline=None, derandomize=not FUZZ,
+@settings(max_examples=200 if FUZZ else examples(20), deadline=None, derandomize=not FUZZ,
           suppress_health_check=[HealthCheck.too_slow])
 @given(column_cases.frames(max_rows=5), st.data())
 def test_a_null_anywhere_is_refused_naming_its_column(frame, data):

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sparktf.runtime.feed import columns, shards
+from tests.budget import examples
 
 VECTOR = pa.struct([pa.field("type", pa.int8(), nullable=False), ("size", pa.int32()),
                     ("indices", pa.list_(pa.field("element", pa.int32(), nullable=False))),
@@ -150,7 +151,7 @@ def _plan_by_sorting(all_rows, batch):
     return plan
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(st.integers(0, 60), min_size=1, max_size=5), st.integers(1, 70))
 def test_the_step_plan_is_the_documented_order_cut_into_global_batches(all_rows, batch):
     if not sum(all_rows):

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sparktf.ml import halving
+from tests.budget import examples
 
 RUNG0 = [5, 3, 8, 1, 9, 2, 7, 6, 4]  # each trial's metric at rung 0 (lower is better)
 
@@ -62,7 +63,7 @@ def test_a_failed_or_diverged_trial_is_stopped_and_never_counted():
     assert every_failed.done() and every_failed.best() is None
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(num_trials=st.integers(1, 30), slots=st.integers(1, 5),
        schedule=st.sampled_from([(1, 9, 3), (1, 27, 3), (2, 16, 2), (3, 3, 3)]),
        data=st.data())

@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from sparktf.runtime.scoring import padding
+from tests.budget import examples
 
 FUZZ = os.environ.get("SPARKTF_FUZZ") == "1"
 # a layer that drops a mask is among the cases drawn, as Keras warns
@@ -168,7 +169,7 @@ def _gap(model, found: dict, rng) -> float:
     return float(np.nan_to_num(np.abs(alone - together), nan=np.inf).max())
 
 
-@settings(max_examples=600 if FUZZ else 40, deadline=None, derandomize=not FUZZ,
+@settings(max_examples=600 if FUZZ else examples(40), deadline=None, derandomize=not FUZZ,
           print_blob=True, suppress_health_check=[HealthCheck.too_slow])
 @given(models)
 # issue 53's reproductions: a backward RNN's sequence comes out reversed under its input's

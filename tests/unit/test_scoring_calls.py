@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from sparktf.runtime.scoring import batching, inference
 from sparktf.runtime.scoring.outputs import output_arrays
 from sparktf.runtime.scoring.spec import InputBinding, OutputBinding, ScoreSpec
+from tests.budget import examples
 
 FUZZ = os.environ.get("SPARKTF_FUZZ") == "1"
 
@@ -123,7 +124,7 @@ def test_held_rows_past_the_limit_are_called_at_once(monkeypatch):
 rows = st.one_of(st.none(), st.lists(st.integers(-3, 9), max_size=7))
 
 
-@settings(max_examples=500 if FUZZ else 60, deadline=None,
+@settings(max_examples=500 if FUZZ else examples(60), deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(batches=st.lists(st.lists(rows, max_size=9), min_size=1, max_size=6),
        batch_size=st.integers(1, 9), masked=st.booleans(), graph=st.booleans())

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from sparktf.errors import InvalidInputError
 from sparktf.ml import halving, search_journal, search_loop, tuning
+from tests.budget import examples
 from tests.unit.test_search_journal import _search
 
 
@@ -51,7 +52,7 @@ def _values(data, num_trials, rung_count):
                               max_size=num_trials * rung_count))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(first=st.integers(1, 10), more=st.integers(0, 10), slots=st.integers(1, 3),
        grow_epochs=st.booleans(), data=st.data())
 def test_a_grown_search_trains_only_its_new_work_and_promotes_as_asha(
@@ -93,7 +94,7 @@ def test_a_grown_search_trains_only_its_new_work_and_promotes_as_asha(
     _asha_holds(before)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(num_trials=st.integers(1, 20), slots=st.integers(1, 4),
        schedule=st.sampled_from([(1, 9, 3), (1, 27, 3), (2, 16, 2)]), data=st.data())
 def test_a_trial_that_cannot_train_on_is_never_promoted_later(num_trials, slots, schedule,

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from sparktf.errors import InvalidInputError
 from sparktf.ml import halving, search_journal
+from tests.budget import examples
 
 
 class Lost(BaseException):
@@ -58,7 +59,7 @@ def _search(num_trials, rung_epochs, factor, order, slots, outcome, priority, fo
     return schedule, trained
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(num_trials=st.integers(1, 20), slots=st.integers(1, 4),
        schedule=st.sampled_from([(1, 9, 3), (1, 27, 3), (2, 16, 2), (3, 3, 3)]),
        data=st.data())
