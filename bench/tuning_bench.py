@@ -71,6 +71,27 @@ def digits_frame(spark, folder: str):
     return spark.read.parquet(path)
 
 
+def _setup(args):
+    """The session, the scratch folder, digits, the estimator, the grid and the evaluator
+    every measure here shares."""
+    from pyspark.ml.evaluation import MulticlassClassificationEvaluator
+    from pyspark.ml.tuning import ParamGridBuilder
+
+    from sparktf.ml import TFEstimator
+
+    logging.basicConfig(level=logging.WARNING)
+    spark = common.session()
+    folder = common.scratch("sparktf-tuning-bench-")
+    frame = digits_frame(spark, folder)
+    est = TFEstimator(modelFn=digits_cnn, numWorkers=1, batchSize=BATCH, epochs=args.epochs,
+                      hyperParams={"units": WIDTHS[0]}, shuffle=True, seed=1, verbose=0,
+                      inputMode="parquet", modelDir=folder)
+    grid = ParamGridBuilder().addGrid(est.learningRate, RATES) \
+        .addGrid(est.hyperParams, [{"units": w} for w in WIDTHS]).build()
+    return (spark, folder, frame, est, grid,
+            MulticlassClassificationEvaluator(metricName="accuracy"))
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=27)
@@ -84,23 +105,12 @@ def main(argv=None) -> None:
     if args.samplers:
         return samplers(args)
 
-    from pyspark.ml.evaluation import MulticlassClassificationEvaluator
-    from pyspark.ml.tuning import ParamGridBuilder, TrainValidationSplit
+    from pyspark.ml.tuning import TrainValidationSplit
     from pyspark.sql import functions as F
 
-    from sparktf.ml import TFEstimator
     from sparktf.ml.tuning import HalvingSearch
 
-    logging.basicConfig(level=logging.WARNING)
-    spark = common.session()
-    folder = common.scratch("sparktf-tuning-bench-")
-    frame = digits_frame(spark, folder)
-    est = TFEstimator(modelFn=digits_cnn, numWorkers=1, batchSize=BATCH, epochs=args.epochs,
-                      hyperParams={"units": WIDTHS[0]}, shuffle=True, seed=1, verbose=0,
-                      inputMode="parquet", modelDir=folder)
-    grid = ParamGridBuilder().addGrid(est.learningRate, RATES) \
-        .addGrid(est.hyperParams, [{"units": w} for w in WIDTHS]).build()
-    evaluator = MulticlassClassificationEvaluator(metricName="accuracy")
+    spark, folder, frame, est, grid, evaluator = _setup(args)
     split = dict(trainRatio=0.75, seed=7, parallelism=2)
 
     def name(param_map) -> str:
@@ -170,23 +180,12 @@ def _epochs_to_reach(folder: str, threshold: float) -> int | None:
 
 def samplers(args) -> None:
     """TrainValidationSplit's best on the grid, then random against TPE over its space."""
-    from pyspark.ml.evaluation import MulticlassClassificationEvaluator
-    from pyspark.ml.tuning import ParamGridBuilder, TrainValidationSplit
+    from pyspark.ml.tuning import TrainValidationSplit
     from pyspark.sql import functions as F
 
-    from sparktf.ml import TFEstimator
     from sparktf.ml.tuning import HalvingSearch, choice, logUniform
 
-    logging.basicConfig(level=logging.WARNING)
-    spark = common.session()
-    folder = common.scratch("sparktf-tuning-bench-")
-    frame = digits_frame(spark, folder)
-    est = TFEstimator(modelFn=digits_cnn, numWorkers=1, batchSize=BATCH, epochs=args.epochs,
-                      hyperParams={"units": WIDTHS[0]}, shuffle=True, seed=1, verbose=0,
-                      inputMode="parquet", modelDir=folder)
-    grid = ParamGridBuilder().addGrid(est.learningRate, RATES) \
-        .addGrid(est.hyperParams, [{"units": w} for w in WIDTHS]).build()
-    evaluator = MulticlassClassificationEvaluator(metricName="accuracy")
+    spark, folder, frame, est, grid, evaluator = _setup(args)
     tvs = TrainValidationSplit(estimator=est, estimatorParamMaps=grid, evaluator=evaluator,
                                trainRatio=0.75, seed=7, parallelism=2)
     oracle, tvs_s = common.timed(tvs.fit, frame)
