@@ -130,7 +130,8 @@ class Search:
                         error = self._collect(future, running.pop(future))
                         fatal = fatal or error  # the first: the others are its cancels
                         self.stopping = fatal is not None
-                    self._give_back()
+                    if fatal is None:  # a search that fails is resumed with what it had
+                        self._give_back()
             except BaseException:  # Ctrl-C: the running trials' jobs go, then the pool
                 self.stopping = True
                 _cancel_until_done(session, tag, set(running))
