@@ -23,6 +23,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
+
 from sparktf.errors import InvalidInputError
 
 STOPPED, FAILED, FINISHED = "below the cut", "failed", "trained to maxEpochs"
@@ -57,6 +59,18 @@ def extended(before: list[int], now: list[int], factor: int) -> list[int]:
         grown.append(epochs)
         epochs *= factor
     return grown + [now[-1]]
+
+
+def start_order(seed: int, before: list[int] | None, now: int) -> list[int]:
+    """The order ``now`` trials start in: a permutation drawn from ``seed``; for a search
+    that grows, the order of the search it extends (``before``), then a permutation of
+    the new trials."""
+    if before is None:
+        return [int(i) for i in np.random.default_rng(seed).permutation(now)]
+    if now <= len(before):
+        return list(before[:now])
+    rest = np.random.default_rng([seed, len(before)]).permutation(now - len(before))
+    return list(before) + [len(before) + int(i) for i in rest]
 
 
 @dataclasses.dataclass

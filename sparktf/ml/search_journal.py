@@ -38,15 +38,12 @@ class Journal:
         self.asked = json.loads(json.dumps(json_view(asked)))  # as it reads back
         self.events: list[dict] = []
 
-    def _read(self) -> dict:
-        return _read(self.path)
-
     def load(self) -> list[dict]:
         """The decisions a lost driver made (none for a new search); refuses a search
         asked otherwise than the one that wrote them."""
         if not storage.exists(self.path):
             return []
-        before = self._read()
+        before = _read(self.path)
         differ = []
         for key in sorted({*before["asked"], *self.asked}):
             then, now = before["asked"].get(key), self.asked.get(key)

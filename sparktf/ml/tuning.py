@@ -23,7 +23,6 @@ import sys
 import time
 import uuid
 
-import numpy as np
 from pyspark import keyword_only
 from pyspark.ml import Estimator, Model
 from pyspark.ml.param import Param, Params, TypeConverters
@@ -226,7 +225,7 @@ class HalvingSearch(Estimator, _HalvingSearchParams, MLReadable, MLWritable):
                 f"is unset and so the estimator's epochs={stage.getEpochs()}. Set maxEpochs.")
         rungs = halving.rungs(self.getOrDefault(self.minEpochs), self.getMaxEpochs(),
                               self.getOrDefault(self.reductionFactor))
-        self._check_budget(maps)
+        self._check_budget()
         session = sessions.Session(dataset.sparkSession)
         run_id = self.getRunId()
         if run_id is not None:
@@ -284,7 +283,7 @@ class HalvingSearch(Estimator, _HalvingSearchParams, MLReadable, MLWritable):
         before = search_journal.asked_before(folder) if run_id is not None else None
         if before is not None:  # a grown search keeps the rungs it has results at
             rungs = halving.extended(before.get("rungs", rungs), rungs, factor)
-        order = _start_order(seed, before.get("order") if before else None, num_trials)
+        order = halving.start_order(seed, before.get("order") if before else None, num_trials)
         metric = self.getOrDefault(self.metric) if self.getEvaluator() is None \
             else self.getEvaluator().getMetricName()
         journal = None if run_id is None else search_journal.Journal(folder, {
@@ -298,7 +297,7 @@ class HalvingSearch(Estimator, _HalvingSearchParams, MLReadable, MLWritable):
             keep_checkpoints=self.getOrDefault(self.keepTrialCheckpoints))
         return search, runner
 
-    def _check_budget(self, maps) -> None:
+    def _check_budget(self) -> None:
         max_time = self.getMaxTime()
         if max_time is not None and not max_time > 0:
             raise InvalidInputError("maxTime is the seconds the search may take: a number "
@@ -309,8 +308,6 @@ class HalvingSearch(Estimator, _HalvingSearchParams, MLReadable, MLWritable):
                     "sampler='tpe' draws trials from paramDistributions, and the search has "
                     "a grid (estimatorParamMaps), whose trials are enumerated: set "
                     "paramDistributions with numTrials, or leave sampler='random'.")
-            samplers.TPE(trials.tuned_stage(self.getEstimator())[0],
-                         self.getParamDistributions(), 0, len(maps))  # Optuna installed
 
     def _shared_settings(self, sampler, num_trials: int) -> dict:
         """What every trial's fit shares, which a resumed search must share too: the rows'
@@ -356,18 +353,6 @@ class HalvingSearch(Estimator, _HalvingSearchParams, MLReadable, MLWritable):
                                          stage.getEvaluator()))
         slots = checks.check_capacity(session, tasks, "HalvingSearch")
         return max(1, slots // tasks)
-
-
-def _start_order(seed: int, before: list[int] | None, now: int) -> list[int]:
-    """The order ``now`` trials start in: a permutation drawn from ``seed``; for a search
-    that grows, the order of the search it extends (``before``), then a permutation of
-    the new trials."""
-    if before is None:
-        return [int(i) for i in np.random.default_rng(seed).permutation(now)]
-    if now <= len(before):
-        return list(before[:now])
-    rest = np.random.default_rng([seed, len(before)]).permutation(now - len(before))
-    return list(before) + [len(before) + int(i) for i in rest]
 
 
 class HalvingSearchModel(Model, _HalvingSearchParams, MLReadable, MLWritable):

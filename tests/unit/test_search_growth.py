@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sparktf.errors import InvalidInputError
-from sparktf.ml import halving, search_journal, search_loop, tuning
+from sparktf.ml import halving, search_journal, search_loop
 from tests.budget import examples
 from tests.unit.test_search_journal import _search
 
@@ -30,12 +30,12 @@ def test_a_grown_search_keeps_the_rungs_it_has_results_at():
 
 def test_the_start_order_of_a_grown_search_is_the_order_it_had_then_the_new_trials():
     """Grown twice, and fitted again as it is (a resume): each order extends the last."""
-    first = tuning._start_order(7, None, 9)
+    first = halving.start_order(7, None, 9)
     assert sorted(first) == list(range(9))
-    grown = tuning._start_order(7, first, 18)
+    grown = halving.start_order(7, first, 18)
     assert grown[:9] == first and sorted(grown[9:]) == list(range(9, 18))
-    assert tuning._start_order(7, grown, 18) == grown
-    again = tuning._start_order(7, grown, 27)
+    assert halving.start_order(7, grown, 18) == grown
+    again = halving.start_order(7, grown, 27)
     assert again[:18] == grown and sorted(again) == list(range(27))
 
 
@@ -76,10 +76,10 @@ def test_a_grown_search_trains_only_its_new_work_and_promotes_as_asha(
     folder = str(tmp_path_factory.mktemp("grown"))
     order = list(range(first))
     before, before_trained = _search(first, rungs, 3, order, slots, outcome, priority, folder)
-    grown_order = tuning._start_order(0, order, total)
+    grown_order = halving.start_order(0, order, total)
     grown, grown_trained = _search(total, grown_rungs, 3, grown_order, slots, outcome,
                                    priority, folder)
-    again, again_trained = _search(total, grown_rungs, 3, tuning._start_order(
+    again, again_trained = _search(total, grown_rungs, 3, halving.start_order(
         0, grown_order, total), slots, outcome, priority, folder)  # fitted again: nothing
     assert again_trained == [] and [t.metrics for t in again.trials] == \
         [t.metrics for t in grown.trials]
