@@ -23,11 +23,12 @@ from sparktf._driver import checks, events, failures, launch, pickling, routing,
 from sparktf._driver import schema as schema_checks
 from sparktf._driver.resources import TaskResources
 from sparktf.errors import ClusterCapacityError, InvalidInputError, SparkTFError
-from sparktf.ml import fit_checks, metric_modes, parquet_copy, runs, scratch
+from sparktf.ml import fit_checks, metric_modes, parquet_copy, runs
 from sparktf.ml.model import TFModel
 from sparktf.ml.params import _TFEstimatorParams, add_setters, without_none
 from sparktf.ml.persistence import TFEstimatorReader, TFEstimatorWriter
 from sparktf.ml.progress import FitProgress, next_label
+from sparktf.ml.runs import scratch
 from sparktf.runtime import storage, training
 from sparktf.runtime.feed.row_checks import RowChecks
 

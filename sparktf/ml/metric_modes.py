@@ -6,7 +6,7 @@ asking for the mode."""
 from __future__ import annotations
 
 from sparktf.errors import InvalidInputError
-from sparktf.ml import identity
+from sparktf.ml.runs import identity
 from sparktf.runtime.training import directions
 
 

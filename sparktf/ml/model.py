@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-from typing import Iterator, Tuple
 
 from pyspark import keyword_only
 from pyspark.ml import Model
@@ -15,13 +14,13 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from sparktf._driver import checks, schema, sessions, versions
+from sparktf._driver import checks, schema, sessions
 from sparktf.errors import InvalidInputError
-from sparktf.ml import call_counts
+from sparktf.ml import persistence, udfs
 from sparktf.ml.params import _TFModelParams, add_setters, without_none
 from sparktf.ml.persistence import TFModelReader, TFModelWriter
-from sparktf.runtime import storage, tf_startup, worker_tuning
-from sparktf.runtime.scoring import inference, length_groups, saved_models
+from sparktf.runtime import storage, worker_tuning
+from sparktf.runtime.scoring import length_groups, saved_models
 from sparktf.runtime.scoring.spec import (
     MULTICLASS,
     REGRESSION,
@@ -31,12 +30,10 @@ from sparktf.runtime.scoring.spec import (
     ScoreSpec,
     per_row_kind,
 )
-from sparktf.runtime.training import export, keras_steps
 from sparktf.runtime.training.spec import (
     BUILDER_IN_SAVED_MODEL,
     KERAS_FILE,
     KERAS_IN_SAVED_MODEL,
-    SAVED_MODEL,
 )
 
 MLFLOW_SCHEMES = ("runs:/", "models:/")  # modelPath naming a model sparktf logged to MLflow
@@ -121,7 +118,7 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
         ...                             featuresCol="tokens")          # doctest: +SKIP
         >>> scorer.transform(df)                                       # doctest: +SKIP
         """
-        keras_model = _keras_model(model, custom_objects)
+        keras_model = persistence.keras_model(model, custom_objects)
         path = os.fspath(path)
         unknown = sorted(set(params) - {p.name for p in cls().params})
         if unknown:
@@ -135,18 +132,7 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
             raise InvalidInputError(
                 f"from_keras exports the model to a new folder, and {path!r} exists: give a "
                 "path that does not exist yet (the export would replace what is there).")
-        kind, from_logits = keras_steps.prediction_kind(keras_model)
-        with tempfile.TemporaryDirectory(prefix="sparktf-export-",
-                                         dir=storage.scratch_root()) as local:
-            folder = os.path.join(local, SAVED_MODEL)
-            try:
-                export.write_saved_model(keras_model, folder)
-            except ValueError as e:  # Keras: a model never called declares no inputs
-                raise InvalidInputError(
-                    f"The Keras model could not be exported ({e}). A subclassed model must "
-                    "have been called once on a batch for its serving signature to be "
-                    "known: call it on a few rows first.") from e
-            storage.put_dir(folder, path)
+        kind, from_logits = persistence.export_keras(keras_model, path)
         scorer = cls(modelPath=path, predictionKind=kind, fromLogits=from_logits)
         scorer._set(**params)
         if "mlflow" in sys.modules:  # MLflow is optional: only if the app uses it
@@ -173,11 +159,10 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
                 raise InvalidInputError(f"The output column '{field.name}' already exists in "
                                         "the DataFrame; choose another column name.")
         # the last transform's (calls, rows, longest length called) so far: bench/lengths_bench
-        self._call_counts = _call_counter(spec, session.sc, dataset.schema)
+        self._call_counts = udfs.call_counter(spec, session.sc, dataset.schema)
         with checks.executor_python(session):
-            score = _arrow_udf(spec, T.StructType(fields),
-                               lambda names, arrays: pa_struct(names, arrays),
-                               self._call_counts)
+            score = udfs.arrow_udf(spec, T.StructType(fields), udfs.pa_struct,
+                                   self._call_counts)
             scored = dataset.withColumn(
                 _OUTPUTS, score(*[dataset[schema.quoted(b.column)] for b in spec.inputs]))
         columns = [scored[schema.quoted(c)] for c in dataset.columns]
@@ -209,9 +194,9 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
                                     "output or an outputMapping with one scalar output.")
         if session is not None:
             checks.app_executor_python(session)
-        counter = _call_counter(spec, session.sc if session is not None else None, None)
-        return _arrow_udf(spec, return_type, lambda names, arrays: arrays[names.index(take)],
-                          counter)
+        counter = udfs.call_counter(spec, session.sc if session is not None else None, None)
+        return udfs.arrow_udf(spec, return_type,
+                              lambda names, arrays: arrays[names.index(take)], counter)
 
     def getKerasModel(self, custom_objects: dict | None = None):
         """The trained Keras model: the ``.keras`` file its fit exported inside the
@@ -238,7 +223,7 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
                 f"{self.getModelPath()!r} holds no {KERAS_IN_SAVED_MODEL}. Load the "
                 "SavedModel itself with tf.saved_model.load() instead.")
         with tempfile.TemporaryDirectory(prefix="sparktf-keras-") as folder:
-            path = _local_file(found[0], os.path.join(folder, KERAS_FILE))
+            path = persistence.local_file(found[0], os.path.join(folder, KERAS_FILE))
             try:
                 return keras.saving.load_model(path, custom_objects=custom_objects)
             except (TypeError, ValueError):
@@ -388,117 +373,3 @@ class TFModel(Model, _TFModelParams, MLReadable, MLWritable):
 
 
 _OUTPUTS = "__sparktf_outputs__"
-
-
-def _local_file(uri: str, scratch: str) -> str:
-    """A local path holding the file at ``uri`` (``scratch`` when it must be copied)."""
-    if storage.is_local(uri):
-        return storage.local_path(uri)
-    with open(scratch, "wb") as f:
-        f.write(storage.read_bytes(uri))
-    return scratch
-
-
-def pa_struct(names, arrays):
-    """The outputs as one struct column (the UDF's single return value)."""
-    import pyarrow as pa
-    return pa.StructArray.from_arrays(arrays, names=names)
-
-
-def _call_counter(spec: ScoreSpec, sc, df_schema):
-    """What the tasks report their calls to (``call_counts``), where rows may be called by
-    length: an array column into an input of length None the model does not mask."""
-    if spec.pad_length:
-        return None
-    masked = dict(spec.padding)
-    grouped = [b.column for b in spec.inputs
-               if b.shape and b.shape[0] is None and b.input_name not in masked and (
-                   df_schema is None or isinstance(df_schema[b.column].dataType, T.ArrayType))]
-    return call_counts.counter(sc, grouped, spec.batch_size)
-
-
-def _arrow_udf(spec: ScoreSpec, return_type, pick, counts=None):
-    """An iterator Arrow UDF scoring ``spec.inputs``; ``pick(names, arrays)`` forms its result;
-    ``counts`` (an accumulator) takes each task's (calls, rows, longest length called).
-    On pyspark before 4.1, which has no Arrow UDF, the same scoring as a pandas UDF."""
-    import pyarrow as pa
-
-    def scored(columns):
-        report = counts.add if counts is not None else None
-        for struct in inference.score_arrays(spec, columns, report):
-            names = [struct.type.field(i).name for i in range(struct.type.num_fields)]
-            yield pick(names, [struct.field(i) for i in range(len(names))])
-
-    n = len(spec.inputs)
-    if not versions.has(versions.ARROW_UDF):
-        return _pandas_udf(scored, n, return_type)
-    from pyspark.sql.functions import arrow_udf
-
-    def score(batches):
-        return scored((a,) if isinstance(a, (pa.Array, pa.ChunkedArray)) else a
-                      for a in batches)
-
-    if n == 1:
-        score.__annotations__ = {"batches": Iterator[pa.Array], "return": Iterator[pa.Array]}
-    else:
-        score.__annotations__ = {"batches": Iterator[Tuple[(pa.Array,) * n]],
-                                 "return": Iterator[pa.Array]}
-    return arrow_udf(score, return_type)
-
-
-def _pandas_udf(scored, n: int, return_type):
-    """``scored`` (Arrow columns in, Arrow results out) as pyspark 3.5's iterator pandas UDF:
-    each batch's Series go back to Arrow, and the results to pandas. pandas holds a null
-    number as NaN and cannot tell them apart: both are nulls here (a row holding either
-    scores nulls; in an integer input a NaN would be cast to a number)."""
-    import pandas as pd
-    import pyarrow as pa
-    from pyspark.sql.functions import pandas_udf
-
-    def arrow(column) -> pa.Array:
-        if isinstance(column, pd.DataFrame):  # a struct (an ml Vector): a field a column
-            fields = [pa.array(column[name], from_pandas=True) for name in column.columns]
-            return pa.StructArray.from_arrays(
-                fields, names=list(column.columns),
-                mask=pa.array(column.isna().all(axis=1).to_numpy()))
-        return pa.array(column, from_pandas=True)
-
-    def pandas(result: pa.Array):
-        if pa.types.is_struct(result.type):
-            return pa.Table.from_arrays(result.flatten(), names=[
-                result.type.field(i).name for i in range(result.type.num_fields)]).to_pandas()
-        return result.to_pandas()
-
-    def score(batches):
-        columns = ((arrow(s),) if n == 1 else tuple(map(arrow, s)) for s in batches)
-        return map(pandas, scored(columns))
-
-    out = pd.DataFrame if isinstance(return_type, T.StructType) else pd.Series
-    score.__annotations__ = {
-        "batches": Iterator[pd.Series] if n == 1 else Iterator[Tuple[(pd.Series,) * n]],
-        "return": Iterator[out]}
-    return pandas_udf(score, return_type)
-
-
-def _keras_model(model, custom_objects: dict | None):
-    """``model`` as a Keras model: itself, or the ``.keras`` file it names, loaded."""
-    if isinstance(model, (str, os.PathLike)):
-        with tf_startup.quiet_start():  # on a driver, among the user's own lines
-            import keras
-
-        path = os.fspath(model)
-        if not path.endswith(".keras") or not storage.exists(path):
-            raise InvalidInputError(f"from_keras takes a Keras model or the path of a "
-                                    f"'.keras' file that exists. Received: {path!r}")
-        with tempfile.TemporaryDirectory(prefix="sparktf-keras-") as folder:
-            local = _local_file(path, os.path.join(folder, KERAS_FILE))
-            return keras.saving.load_model(local, custom_objects=custom_objects)
-    if keras_steps.is_tf_keras(model):
-        raise InvalidInputError(
-            "from_keras takes Keras 3 models, and this one is tf_keras's (Keras 2), whose "
-            "Keras model getKerasModel() could not give back: export it yourself "
-            "(model.export(path)) and score it with TFModel(modelPath=path).")
-    if not hasattr(model, "save") or not hasattr(model, "layers"):
-        raise InvalidInputError(f"from_keras takes a Keras model (keras.Model) or a "
-                                f"'.keras' file's path. Received: {model!r}")
-    return model

@@ -7,11 +7,16 @@ artifacts: the SavedModel for a model (the one an MLflow address names, for a
 ``hyperParams`` for an estimator (``hyperParams`` exactly as set; the metadata keeps a
 readable JSON view of them). The metadata records a format version, checked on load,
 and a model's ``sparktfModelSource``: the modelPath it was saved from.
+
+A Keras model trained elsewhere comes in the same way (``TFModel.from_keras``): exported
+as a fit exports (``export_keras``).
 """
 
 from __future__ import annotations
 
+import os
 import re
+import tempfile
 
 import cloudpickle
 from pyspark.ml.util import DefaultParamsReader, DefaultParamsWriter, MLReader, MLWriter
@@ -19,8 +24,9 @@ from pyspark.ml.util import DefaultParamsReader, DefaultParamsWriter, MLReader, 
 import sparktf
 from sparktf._driver import pickling, sessions, versions
 from sparktf.errors import InvalidInputError
-from sparktf.runtime import storage
-from sparktf.runtime.training.spec import KERAS_FILE
+from sparktf.runtime import storage, tf_startup
+from sparktf.runtime.training import export, keras_steps
+from sparktf.runtime.training.spec import KERAS_FILE, SAVED_MODEL
 
 FORMAT_VERSION = 1
 MODEL_DIR = "savedmodel"
@@ -181,3 +187,54 @@ class TFEstimatorReader(_StageReader):
     def load_artifacts(self, instance, path: str) -> None:
         instance._set(**cloudpickle.loads(storage.read_bytes(storage.join(path,
                                                                           CALLABLES_FILE))))
+
+
+def local_file(uri: str, scratch: str) -> str:
+    """A local path holding the file at ``uri`` (``scratch`` when it must be copied)."""
+    if storage.is_local(uri):
+        return storage.local_path(uri)
+    with open(scratch, "wb") as f:
+        f.write(storage.read_bytes(uri))
+    return scratch
+
+
+def keras_model(model, custom_objects: dict | None):
+    """``model`` as a Keras model: itself, or the ``.keras`` file it names, loaded."""
+    if isinstance(model, (str, os.PathLike)):
+        with tf_startup.quiet_start():  # on a driver, among the user's own lines
+            import keras
+
+        path = os.fspath(model)
+        if not path.endswith(".keras") or not storage.exists(path):
+            raise InvalidInputError(f"from_keras takes a Keras model or the path of a "
+                                    f"'.keras' file that exists. Received: {path!r}")
+        with tempfile.TemporaryDirectory(prefix="sparktf-keras-") as folder:
+            local = local_file(path, os.path.join(folder, KERAS_FILE))
+            return keras.saving.load_model(local, custom_objects=custom_objects)
+    if keras_steps.is_tf_keras(model):
+        raise InvalidInputError(
+            "from_keras takes Keras 3 models, and this one is tf_keras's (Keras 2), whose "
+            "Keras model getKerasModel() could not give back: export it yourself "
+            "(model.export(path)) and score it with TFModel(modelPath=path).")
+    if not hasattr(model, "save") or not hasattr(model, "layers"):
+        raise InvalidInputError(f"from_keras takes a Keras model (keras.Model) or a "
+                                f"'.keras' file's path. Received: {model!r}")
+    return model
+
+
+def export_keras(model, path: str) -> tuple:
+    """The Keras ``model`` exported to ``path`` as a fit exports (``TFModel.from_keras``): the
+    SavedModel, its ``.keras`` and what it masks; its prediction kind and logits."""
+    kind, from_logits = keras_steps.prediction_kind(model)
+    with tempfile.TemporaryDirectory(prefix="sparktf-export-",
+                                     dir=storage.scratch_root()) as local:
+        folder = os.path.join(local, SAVED_MODEL)
+        try:
+            export.write_saved_model(model, folder)
+        except ValueError as e:  # Keras: a model never called declares no inputs
+            raise InvalidInputError(
+                f"The Keras model could not be exported ({e}). A subclassed model must "
+                "have been called once on a batch for its serving signature to be "
+                "known: call it on a few rows first.") from e
+        storage.put_dir(folder, path)
+    return kind, from_logits

@@ -32,7 +32,8 @@ def search(modelDir):
 
     est = TFEstimator(modelFn=models.linear, numWorkers=1, batchSize=20, seed=1,
                       modelDir=modelDir)
-    return HalvingSearch(estimator=est, numTrials=2, minEpochs=1, maxEpochs=2, seed=3, metric="loss",
+    return HalvingSearch(estimator=est, numTrials=2, minEpochs=1, maxEpochs=2, seed=3,
+                         metric="loss",
                          paramDistributions={est.learningRate: logUniform(0.01, 0.3),
                                              "unused_width": uniform(1.0, 2.0),
                                              "unused_kind": choice(["a", "b"])})

@@ -8,7 +8,8 @@ import threading
 import pytest
 
 import sparktf
-from sparktf.ml import TFEstimator, TFModel, scratch
+from sparktf.ml import TFEstimator, TFModel
+from sparktf.ml.runs import scratch
 from tests.integration import data, models
 
 

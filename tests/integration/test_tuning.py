@@ -13,8 +13,9 @@ from pyspark.ml.evaluation import RegressionEvaluator
 from pyspark.ml.tuning import ParamGridBuilder, TrainValidationSplit
 
 import sparktf
-from sparktf.ml import TFEstimator, search_journal
+from sparktf.ml import TFEstimator
 from sparktf.ml.tuning import HalvingSearch, HalvingSearchModel, choice, logUniform
+from sparktf.ml.tuning import journal as search_journal
 from tests.integration import data, models
 
 pytestmark = pytest.mark.timeout(900)
@@ -280,7 +281,7 @@ def test_a_trial_that_starts_its_job_after_the_cancel_is_cancelled_too(
     import threading
 
     from sparktf._driver import sessions
-    from sparktf.ml import trials
+    from sparktf.ml.tuning import trials
 
     cancelled = threading.Event()
     cancel, train = sessions.Session.cancel_tag, trials.Trials.train

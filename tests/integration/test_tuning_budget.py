@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from pyspark.ml.tuning import ParamGridBuilder
 
-from sparktf.ml import TFEstimator, halving
-from sparktf.ml.tuning import HalvingSearch, logUniform
+from sparktf.ml import TFEstimator
+from sparktf.ml.tuning import HalvingSearch, halving, logUniform
 from tests.integration import models
 from tests.integration.test_tuning import (
     EpochsTrained,

@@ -1,4 +1,4 @@
-"""Asynchronous successive halving's bookkeeping (sparktf.ml.halving) against a schedule
+"""Asynchronous successive halving's bookkeeping (sparktf.ml.tuning.halving) against a schedule
 computed by hand, and its invariants over generated searches."""
 
 import math
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparktf.ml import halving
+from sparktf.ml.tuning import halving
 from tests.budget import examples
 
 RUNG0 = [5, 3, 8, 1, 9, 2, 7, 6, 4]  # each trial's metric at rung 0 (lower is better)
@@ -129,7 +129,8 @@ def test_trial_params_are_drawn_the_same_for_a_seed_and_labelled_by_what_differs
     from pyspark.ml.tuning import ParamGridBuilder
 
     from sparktf.errors import InvalidInputError
-    from sparktf.ml import TFEstimator, trials
+    from sparktf.ml import TFEstimator
+    from sparktf.ml.tuning import trials
 
     est = TFEstimator(hyperParams={"units": 8, "fixed": "x"})
     dists = {est.learningRate: trials.logUniform(1e-4, 1e-1), "units": trials.choice([4, 8]),
@@ -172,7 +173,8 @@ def test_what_a_search_refuses_and_how_its_trials_are_shown():
     from pyspark.ml.param import Param, Params
 
     from sparktf.errors import InvalidInputError
-    from sparktf.ml import TFEstimator, search_persistence, trials
+    from sparktf.ml import TFEstimator
+    from sparktf.ml.tuning import persistence, trials
 
     est = TFEstimator()
     for key in ("learningRate", "epochs", "batchSize"):
@@ -202,6 +204,6 @@ def test_what_a_search_refuses_and_how_its_trials_are_shown():
                 "stopReason": "x"} for i, p in enumerate(
         [{"act": "relu", "units": 4, "rate": 0.1, "on": True},
          {"act": "tanh", "units": 8, "rate": 1, "on": False}])]
-    rows, schema = search_persistence.trial_rows(records, 1)
+    rows, schema = persistence.trial_rows(records, 1)
     assert schema.endswith("`act` string, `units` bigint, `rate` double, `on` boolean")
     assert rows[0][-4:] == ("relu", 4, 0.1, True) and rows[1][-4:] == ("tanh", 8, 1.0, False)

@@ -1,4 +1,4 @@
-"""A run recognises its model by what modelFn builds (sparktf.ml.identity)."""
+"""A run recognises its model by what modelFn builds (sparktf.ml.runs.identity)."""
 
 import functools
 import json
@@ -6,7 +6,7 @@ import random
 
 import numpy as np
 
-from sparktf.ml import identity
+from sparktf.ml.runs import identity
 
 
 def build(hparams, units=4, activation="relu"):
@@ -126,7 +126,7 @@ def test_a_lambda_layer_from_another_file_or_line_is_the_same_model(tmp_path):
     for i, padding in enumerate(["", "\n\n\n"]):
         script = tmp_path / f"cell{i}.py"
         script.write_text(padding + LAMBDA_MODEL + (
-            "import json\nfrom sparktf.ml import identity\n"
+            "import json\nfrom sparktf.ml.runs import identity\n"
             "print(json.dumps(identity.model_identity(build, {})))\n"))
         seen.append(subprocess.run([sys.executable, str(script)], capture_output=True,
                                    text=True, check=True).stdout.strip().splitlines()[-1])
@@ -140,7 +140,7 @@ def test_a_set_in_the_code_and_a_long_list_in_a_closure_are_told_by_their_values
     import subprocess
     import sys
 
-    script = ("import json\nfrom sparktf.ml import identity\n"
+    script = ("import json\nfrom sparktf.ml.runs import identity\n"
               "def fn(hparams):\n    return hparams['optimizer'] in {'adam', 'sgd', 'nadam'}\n"
               "print(json.dumps(identity.code_identity(fn)))\n")
     seen = {subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,

@@ -10,7 +10,7 @@ import keras
 import numpy as np
 import pytest
 
-from sparktf.ml import identity
+from sparktf.ml.runs import identity
 from sparktf.runtime.training import directions
 
 # the arguments a metric class cannot be made without
@@ -266,7 +266,7 @@ def test_a_tf_keras_metric_keeps_its_name_however_often_the_driver_builds_it():
     """Found by review: tf_keras counts names per graph, so a driver building each trial's
     model found 'auc_2', 'auc_5'... where each task's fresh process logs 'auc'."""
     tf_keras = pytest.importorskip("tf_keras")
-    from sparktf.ml import identity
+    from sparktf.ml.runs import identity
 
     def build(hparams):
         model = tf_keras.Sequential([tf_keras.Input((3,)), tf_keras.layers.Dense(1, "sigmoid")])

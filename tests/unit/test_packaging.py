@@ -52,8 +52,16 @@ def test_the_exact_tested_set_lies_inside_the_declared_ranges():
 LAZY_IMPORTS = {
     ("sparktf/ml/estimator.py", "sparktf.ml.tracking"): "imports MLflow, which is optional",
     ("sparktf/ml/model.py", "sparktf.ml.tracking"): "imports MLflow, which is optional",
-    ("sparktf/ml/tuning.py", "sparktf.ml.search_tracking"): "imports MLflow, which is optional",
+    ("sparktf/ml/tuning/__init__.py", "sparktf.ml.tuning.tracking"):
+        "imports MLflow, which is optional",
 }
+
+
+def _imported(root: pathlib.Path, module: str, name: str) -> str:
+    """The module ``from module import name`` imports: ``module.name`` where that is one."""
+    package = root.joinpath(*module.split("."))
+    submodule = (package / f"{name}.py").exists() or (package / name).is_dir()
+    return f"{module}.{name}" if submodule else module
 
 
 def test_no_sparktf_module_is_imported_inside_a_function_to_hide_a_cycle():
@@ -66,8 +74,7 @@ def test_no_sparktf_module_is_imported_inside_a_function_to_hide_a_cycle():
                 continue
             for node in ast.walk(func):
                 if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sparktf"):
-                    names = [f"{node.module}.{a.name}" if node.module == "sparktf.ml" else
-                             node.module for a in node.names]
+                    names = [_imported(root, node.module, a.name) for a in node.names]
                 elif isinstance(node, ast.Import):
                     names = [a.name for a in node.names if a.name.startswith("sparktf")]
                 else:
@@ -75,3 +82,29 @@ def test_no_sparktf_module_is_imported_inside_a_function_to_hide_a_cycle():
                 found.update((str(path.relative_to(root)), n) for n in names)
     print("\nfunction-level imports of sparktf modules:", sorted(found))
     assert found <= set(LAZY_IMPORTS), sorted(found - set(LAZY_IMPORTS))
+
+
+def test_no_package_binds_a_name_of_one_of_its_modules_to_something_else():
+    """Importing ``package.sub`` sets the package's attribute ``sub`` to that module, and
+    ``from package import sub`` takes the attribute when it is already there: a package
+    ``__init__`` that imports another ``sub`` (``from sparktf._driver import checks`` in
+    ``sparktf.ml.tuning``, which has a ``checks`` of its own) gives one or the other."""
+    root = pathlib.Path(ROOT)
+    found = []
+    for init in sorted((root / "sparktf").rglob("__init__.py")):
+        package = ".".join(init.parent.relative_to(root).parts)
+        modules = {p.stem for p in init.parent.glob("*.py")} | {
+            p.name for p in init.parent.iterdir() if (p / "__init__.py").exists()}
+        for node in ast.parse(init.read_text()).body:
+            if isinstance(node, ast.ImportFrom) and node.module != package:
+                bound = [a.asname or a.name for a in node.names]
+            elif isinstance(node, ast.Import):
+                bound = [a.asname or a.name.split(".")[0] for a in node.names]
+            elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                bound = [node.name]
+            elif isinstance(node, ast.Assign):
+                bound = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            else:
+                continue
+            found += [f"{package}: {name}" for name in bound if name in modules - {"__init__"}]
+    assert not found, found

@@ -1,4 +1,4 @@
-"""One driver at a time owns a run (sparktf.ml.run_lock): a live owner is refused, a dead
+"""One driver at a time owns a run (sparktf.ml.runs.lock): a live owner is refused, a dead
 one's lock is stale, and a lock from another machine goes stale when no longer renewed."""
 
 import json
@@ -10,7 +10,7 @@ import time
 import pytest
 
 from sparktf.errors import InvalidInputError
-from sparktf.ml import run_lock
+from sparktf.ml.runs import lock as run_lock
 
 
 def test_a_live_owner_is_refused_and_the_lock_is_released_after_the_block(tmp_path):
@@ -33,7 +33,7 @@ def test_a_live_owner_is_refused_and_the_lock_is_released_after_the_block(tmp_pa
 
 def test_the_lock_of_a_process_that_died_is_stale_on_its_machine(tmp_path):
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from sparktf.ml import run_lock\n"
+        [sys.executable, "-c", "import sys; from sparktf.ml.runs import lock as run_lock\n"
          f"with run_lock.owned({str(tmp_path)!r}):\n    print('held', flush=True); "
          "sys.stdin.read()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:

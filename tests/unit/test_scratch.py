@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from sparktf.ml import scratch
+from sparktf.ml.runs import scratch
 
 
 @pytest.fixture
@@ -52,7 +52,7 @@ def test_a_folder_made_outside_a_fit_is_left_to_the_exit(temp_dir):
 def test_the_folders_go_when_the_process_ends_and_not_when_a_forked_child_does(tmp_path):
     program = textwrap.dedent("""
         import os, sys
-        from sparktf.ml import scratch
+        from sparktf.ml.runs import scratch
 
         folders = [scratch.model_folder(), scratch.model_folder()]
         for folder in folders:
@@ -75,7 +75,7 @@ def test_a_killed_drivers_folder_is_removed_by_the_next_fit_and_a_live_ones_kept
     """A driver killed during a fit cannot remove its sparktf-model-* folder: the next
     driver's first fit does, and leaves alone those of live drivers and of other folders."""
     dead = subprocess.run(
-        [sys.executable, "-c", "import tempfile; from sparktf.ml import scratch\n"
+        [sys.executable, "-c", "import tempfile; from sparktf.ml.runs import scratch\n"
          f"tempfile.tempdir = {str(temp_dir)!r}\n"
          "import os; print(scratch.model_folder(), flush=True); os._exit(0)"],
         capture_output=True, text=True, check=True).stdout.strip()

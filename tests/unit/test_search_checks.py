@@ -1,4 +1,4 @@
-"""What a HalvingSearch decides and refuses before any job (sparktf.ml.search_checks,
+"""What a HalvingSearch decides and refuses before any job (sparktf.ml.tuning.checks,
 metric_modes), and how it labels its trials (issue 53, items 2, 6 and 8): no Spark, the
 search's loop made as its fit makes it."""
 

@@ -13,7 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sparktf.errors import InvalidInputError
-from sparktf.ml import halving, search_journal, search_loop
+from sparktf.ml.tuning import halving
+from sparktf.ml.tuning import journal as search_journal
+from sparktf.ml.tuning import loop as search_loop
 from tests.budget import examples
 from tests.unit.test_search_journal import _search
 
@@ -197,9 +199,9 @@ def _objective(rate: float, epochs: int) -> float:
 
 
 def _tpe_search(sampler_kind: str, seed: int, num_trials: int = 24):
-    """A search loop on one slot as ``search_loop`` drives it, drawing each trial as it
+    """A search loop on one slot as ``tuning.loop`` drives it, drawing each trial as it
     starts; returns each trial's learning rate in start order, the schedule."""
-    from sparktf.ml import samplers, search_loop, trials
+    from sparktf.ml.tuning import samplers, trials
 
     pytest.importorskip("optuna")
     from sparktf.ml import TFEstimator
@@ -255,7 +257,8 @@ def test_tpe_draws_are_the_same_for_a_seed_and_the_same_results():
 def test_tpe_without_optuna_or_with_a_grid_is_refused(monkeypatch):
     import sys
 
-    from sparktf.ml import TFEstimator, samplers
+    from sparktf.ml import TFEstimator
+    from sparktf.ml.tuning import samplers
 
     monkeypatch.setitem(sys.modules, "optuna", None)  # import optuna raises ImportError
     with pytest.raises(InvalidInputError, match=r"pip install 'sparktf\[tuning\]'"):
@@ -264,7 +267,8 @@ def test_tpe_without_optuna_or_with_a_grid_is_refused(monkeypatch):
 
 def test_the_drawn_map_holds_hyper_params_and_choices():
     pytest.importorskip("optuna")
-    from sparktf.ml import TFEstimator, samplers, trials
+    from sparktf.ml import TFEstimator
+    from sparktf.ml.tuning import samplers, trials
 
     stage = TFEstimator(hyperParams={"depth": 2})
     tpe = samplers.TPE(stage, {stage.learningRate: trials.uniform(0.1, 0.2),

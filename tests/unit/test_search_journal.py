@@ -1,4 +1,4 @@
-"""A search's journal (sparktf.ml.search_journal): a driver lost after any decision,
+"""A search's journal (sparktf.ml.tuning.journal): a driver lost after any decision,
 replayed by the next driver from the file, ends as the uninterrupted search ends."""
 
 import json
@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sparktf.errors import InvalidInputError
-from sparktf.ml import halving, search_journal
+from sparktf.ml.tuning import halving
+from sparktf.ml.tuning import journal as search_journal
 from tests.budget import examples
 
 
@@ -19,7 +20,7 @@ class Lost(BaseException):
 
 def _search(num_trials, rung_epochs, factor, order, slots, outcome, priority, folder,
             lose_after=None):
-    """A search loop over the schedule as ``search_loop`` drives it, writing the journal:
+    """A search loop over the schedule as ``tuning.loop`` drives it, writing the journal:
     jobs finish in ``priority`` order (a function of the job, so a resumed search meets
     the same order), each with ``outcome(trial, to)``. Raises ``Lost`` after
     ``lose_after`` decisions are written. ``outcome``: (metric, whether the trial's

@@ -39,9 +39,9 @@ def test_a_vector_metric_is_logged_as_a_metric_per_element(tmp_path, monkeypatch
 
 
 def test_a_search_trial_s_vector_metric_is_logged_per_element(tmp_path):
-    """A HalvingSearch's child run of a trial (``search_tracking._child``) took each value
-    for a number: math.isfinite(list) failed the search's logging."""
-    from sparktf.ml import search_tracking
+    """A HalvingSearch's child run of a trial (``sparktf.ml.tuning.tracking._child``) took
+    each value for a number: math.isfinite(list) failed the search's logging."""
+    from sparktf.ml.tuning import tracking
 
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
     try:
@@ -52,7 +52,7 @@ def test_a_search_trial_s_vector_metric_is_logged_per_element(tmp_path):
                   "history": {"loss": [0.5, float("nan")], "best_epoch": [1],
                               "f1_score": [[0.0, 0.5], [0.25, float("inf")]]},
                   "rungEpochs": [2], "metrics": [0.5]}
-        search_tracking._child(client, experiment, parent, record)
+        tracking._child(client, experiment, parent, record)
         child, = [r for r in client.search_runs([experiment])
                   if r.data.tags.get("mlflow.parentRunId") == parent]
         found = {key: [(m.step, m.value) for m in client.get_metric_history(

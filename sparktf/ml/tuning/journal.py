@@ -22,8 +22,9 @@ from __future__ import annotations
 import json
 
 from sparktf.errors import InvalidInputError
-from sparktf.ml import halving, identity
 from sparktf.ml.persistence import json_view
+from sparktf.ml.runs import identity
+from sparktf.ml.tuning import halving
 from sparktf.runtime import storage
 
 JOURNAL_FILE = "search.json"

@@ -9,13 +9,14 @@ the same, plus its best model (``bestModel``) and the trials (``trials.json``).
 
 from __future__ import annotations
 
+import io
 import json
+import pickle
 
 import cloudpickle
 from pyspark.ml.param import Param
 from pyspark.ml.util import DefaultParamsReader
 
-from sparktf.ml import trials
 from sparktf.ml.persistence import (
     _NOT_JSON,
     _StageReader,
@@ -23,12 +24,29 @@ from sparktf.ml.persistence import (
     json_view,
     spark_of,
 )
+from sparktf.ml.tuning import trials
 from sparktf.runtime import storage
 
 OBJECTS = ("estimator", "evaluator")  # saved in folders of their own
 PICKLED = ("estimatorParamMaps", "paramDistributions")
 SEARCH_FILE, TRIALS_FILE, BEST_MODEL = "search.pkl", "trials.json", "bestModel"
 FIXED = ("trial", "params", "epochs", "rungEpochs", "metrics", "stopReason", "best")
+
+
+# Modules a search saved before sparktf.ml moved into rooms named in its pickles, and where
+# they live now
+_MOVED = {"sparktf.ml.trials": "sparktf.ml.tuning.trials"}
+
+
+class _Unpickler(pickle.Unpickler):
+    """Unpickles a search's blob, its classes found where they live today."""
+
+    def find_class(self, module: str, name: str):
+        return super().find_class(_MOVED.get(module, module), name)
+
+
+def _loads(data: bytes):
+    return _Unpickler(io.BytesIO(data)).load()
 
 
 def _named(param_map: dict) -> list:
@@ -72,7 +90,7 @@ class _SearchReader(_StageReader):
             if storage.exists(folder):
                 instance._set(**{name: DefaultParamsReader.loadParamsInstance(
                     folder, spark_of(self))})
-        blob = cloudpickle.loads(storage.read_bytes(storage.join(path, SEARCH_FILE)))
+        blob = _loads(storage.read_bytes(storage.join(path, SEARCH_FILE)))
         params = _params_of(instance.getEstimator())
         if "estimatorParamMaps" in blob["set"]:
             instance._set(estimatorParamMaps=[_resolved(m, params)

@@ -28,7 +28,7 @@ import numpy as np
 from pyspark.ml.param import Param
 
 from sparktf.errors import InvalidInputError
-from sparktf.ml import trials
+from sparktf.ml.tuning import trials
 
 SAMPLERS = ("random", "tpe")
 

@@ -1,4 +1,13 @@
-"""``runId``: a fit that outlives its driver. Its folder ``modelDir/<runId>`` holds what
+"""A run's identity and its lock: the room of what a ``runId`` is.
+
+This package (``__init__``) holds a run's folder and records; ``identity`` what a
+``modelFn`` builds, as a run recognises it; ``lock`` the one driver that owns a run;
+``scratch`` the temp-dir folder of a fit that names no ``modelDir``. The room may import
+``sparktf.ml.persistence`` (the JSON view of Params), the runtime's storage and
+checkpoints, and nothing else of ``sparktf.ml``: the stages and tuning use it
+(``pyproject.toml``'s import contracts).
+
+``runId``: a fit that outlives its driver. Its folder ``modelDir/<runId>`` holds what
 the fit was asked (``run.json``: the training Params and what the model is), its
 checkpoints, and once finished what the fit returned (``result.json``): a fit of the
 same ``runId`` resumes from the last checkpoint, or returns the finished model.
@@ -22,8 +31,8 @@ import logging
 import re
 
 from sparktf.errors import InvalidInputError
-from sparktf.ml import identity, run_lock
 from sparktf.ml.persistence import json_view
+from sparktf.ml.runs import identity, lock
 from sparktf.runtime import storage
 from sparktf.runtime.training import checkpoint
 from sparktf.runtime.training.spec import EXPORT_DIR
@@ -48,8 +57,8 @@ def check_name(run_id: str) -> None:
 
 
 def owned(run_dir: str, what: str = "run"):
-    """While the block runs, this driver's fit owns the run, or the search (``run_lock``)."""
-    return run_lock.owned(run_dir, what)
+    """While the block runs, this driver's fit owns the run, or the search (``lock``)."""
+    return lock.owned(run_dir, what)
 
 
 def asked(estimator) -> dict:

@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 
 from sparktf.errors import InvalidInputError
-from sparktf.ml import fit_checks, identity, metric_modes, trials
+from sparktf.ml import fit_checks, metric_modes
+from sparktf.ml.runs import identity
+from sparktf.ml.tuning import trials
 
 
 def check(search, estimators: list, rungs: list[int], labels: list[dict]) -> bool:

@@ -12,6 +12,12 @@ loads and serves, predicting what ``TFModel.transform`` predicts (a column per
 output), from pandas cells of any kind ``transform`` takes (ml Vectors, numpy arrays,
 lists). A failure to log never fails the fit: a warning, each time, names the run and
 says why.
+
+The room: this package logs and loads; ``logged_model`` is what MLflow shows and checks
+of a logged model (its signature, an input example); ``model_code`` is the code MLflow
+keeps in each logged model and runs to load it. It may import the run's room
+(``sparktf.ml.runs``: a scratch folder), the runtime's scoring and storage, and no
+stage: the stages import it, only where the application uses MLflow.
 """
 
 from __future__ import annotations
@@ -32,7 +38,8 @@ import pyarrow as pa
 from pyspark.ml.linalg import SparseVector, Vector, Vectors
 
 from sparktf.errors import InvalidInputError
-from sparktf.ml import logged_model, scratch
+from sparktf.ml.runs import scratch
+from sparktf.ml.tracking import logged_model
 from sparktf.runtime import storage
 from sparktf.runtime.scoring import inference, saved_models
 from sparktf.runtime.scoring import spec as score_spec
@@ -50,7 +57,7 @@ MODEL_NAME = "model"  # the logged model's name (artifact path) in the run
 SAVED_MODEL_ARTIFACT = "saved_model"
 SPEC_ARTIFACT = "score_spec"  # the model's bindings (a ScoreSpec, pickled)
 # the model's code, which MLflow runs to load it (older models logged a pickled object)
-MODEL_CODE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mlflow_model.py")
+MODEL_CODE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "model_code.py")
 # How Spark sends an ml Vector to Python (VectorUDT's sqlType): 0 sparse, 1 dense
 VECTOR_TYPE = pa.struct([("type", pa.int8()), ("size", pa.int32()),
                          ("indices", pa.list_(pa.int32())), ("values", pa.list_(pa.float64()))])
@@ -163,7 +170,7 @@ class SparkTFPyfunc(mlflow.pyfunc.PythonModel):
     """An MLflow pyfunc model: pandas rows in, ``TFModel.transform``'s output columns out."""
 
     def __init__(self, spec):
-        self.spec = spec  # None in a model logged as code (mlflow_model.py)
+        self.spec = spec  # None in a model logged as code (model_code.py)
 
     def load_context(self, context):
         if self.spec is None:

@@ -8,11 +8,19 @@ stop there. ``parallelism`` trials train at once, each a ``TFEstimator`` fit of 
 ``runId`` (``trials``). The metric is a key of the fits' history (``metric``, e.g.
 ``val_loss``) or an ``evaluator`` on validation rows held out as ``TrainValidationSplit``
 holds them (``trainRatio``, ``seed``). With a ``runId`` the search keeps a journal of its
-decisions and a search of the same ``runId`` resumes from it (``search_journal``), or
+decisions and a search of the same ``runId`` resumes from it (``journal``), or
 grows: fitted again with more ``numTrials`` or a larger ``maxEpochs``, it trains only the
 new work. Sampled trials are drawn at random or by Optuna's TPE (``sampler``,
 ``samplers``); ``maxTime`` bounds the search's wall time; a trial that can no longer be
 promoted gives its checkpoints back (``keepTrialCheckpoints``).
+
+The room: this package is the estimator and its model (the public ``sparktf.ml.tuning``);
+``halving`` the schedule (pure bookkeeping), ``trials`` a trial's Params and fit,
+``samplers`` how sampled trials are drawn, ``loop`` the search on the driver, ``journal``
+what a resumed or grown search reads back, ``checks`` what is refused before any job,
+``persistence`` saving and loading, ``tracking`` MLflow. Tuning uses the stages as a
+user does (a trial is a ``TFEstimator`` fit) and starts no job of its own; no stage
+imports it (``pyproject.toml``'s import contracts).
 """
 
 from __future__ import annotations
@@ -30,24 +38,21 @@ from pyspark.ml.param.shared import HasSeed
 from pyspark.ml.util import MLReadable, MLWritable
 from pyspark.sql import functions as F
 
-from sparktf._driver import checks, sessions
+from sparktf._driver import checks as driver_checks
+from sparktf._driver import sessions
 from sparktf.errors import InvalidInputError
-from sparktf.ml import (
-    halving,
-    runs,
-    samplers,
-    scratch,
-    search_checks,
-    search_journal,
-    search_loop,
-    search_persistence,
-    trials,
-)
+from sparktf.ml import runs
 from sparktf.ml.param_values import choice as one_of
 from sparktf.ml.param_values import int_at_least, new_param, verbosity
 from sparktf.ml.params import add_setters, without_none
 from sparktf.ml.persistence import json_view
-from sparktf.ml.trials import choice, logUniform, uniform
+from sparktf.ml.runs import scratch
+from sparktf.ml.tuning import checks as search_checks
+from sparktf.ml.tuning import halving, samplers, trials
+from sparktf.ml.tuning import journal as search_journal
+from sparktf.ml.tuning import loop as search_loop
+from sparktf.ml.tuning import persistence as search_persistence
+from sparktf.ml.tuning.trials import choice, logUniform, uniform
 from sparktf.runtime import storage
 from sparktf.runtime.process import cluster
 
@@ -258,7 +263,7 @@ class HalvingSearch(Estimator, _HalvingSearchParams, MLReadable, MLWritable):
             bestModel=best_model, bestParams=runner.maps[best], trialRecords=records,
             bestTrial=best))
         if "mlflow" in sys.modules:
-            from sparktf.ml import search_tracking
+            from sparktf.ml.tuning import tracking as search_tracking
             search_tracking.log_search(self, model, dataset)
         return model
 
@@ -351,7 +356,7 @@ class HalvingSearch(Estimator, _HalvingSearchParams, MLReadable, MLWritable):
         """How many trials the cluster's task slots hold at once."""
         tasks = len(cluster.assign_roles(stage.getNumWorkers(), stage.getNumPs(),
                                          stage.getEvaluator()))
-        slots = checks.check_capacity(session, tasks, "HalvingSearch")
+        slots = driver_checks.check_capacity(session, tasks, "HalvingSearch")
         return max(1, slots // tasks)
 
 

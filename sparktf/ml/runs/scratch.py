@@ -22,7 +22,7 @@ import shutil
 import socket
 import tempfile
 
-from sparktf.ml import run_lock
+from sparktf.ml.runs import lock
 
 logger = logging.getLogger("sparktf")
 
@@ -53,7 +53,7 @@ def _host() -> str:
 
 def _owner(pid: int) -> str:
     """This machine, process ``pid`` and its start: a folder's owner, in its name."""
-    return f"{_host()}-{pid}-{run_lock.process_start(pid)}"
+    return f"{_host()}-{pid}-{lock.process_start(pid)}"
 
 
 _OWNED = re.compile(rf"^{re.escape(PREFIX)}(?P<host>[A-Za-z0-9._]+)-(?P<pid>\d+)-(?P<start>\d+)-")

@@ -8,7 +8,7 @@ checkpoints back at once, and the finished search keeps only its best trial's.
 
 A trial's own failure (``TaskFailedError``, a NaN metric) stops that trial; any other
 error, or Ctrl-C, cancels the running trials' Spark jobs (a job tag per search) and is
-raised once their threads end. With a journal (``search_journal``), each decision is
+raised once their threads end. With a journal (``journal``), each decision is
 written before the next job starts, and a search that finds one resumes from it.
 """
 
@@ -25,7 +25,8 @@ from pyspark.util import inheritable_thread_target
 
 from sparktf._driver import sessions, versions
 from sparktf.errors import SparkTFError, TaskFailedError
-from sparktf.ml import halving, samplers, search_journal, trials
+from sparktf.ml.tuning import halving, samplers, trials
+from sparktf.ml.tuning import journal as search_journal
 
 logger = logging.getLogger("sparktf")
 _SEARCHES = itertools.count(1)  # "search N": the lines of searches at once told apart
