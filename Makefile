@@ -20,8 +20,8 @@ NEWEST_STAMP := $(NEWEST)/.sparktf-installed
 # what the tests need beyond sparktf, in the versions of the tested set
 TEST_PINS = $$(grep -E '^(pytest|pytest-timeout|iniconfig|pluggy|hypothesis|sortedcontainers)==' constraints.txt)
 
-.PHONY: demo test test-lowest test-newest test-cluster lint unit integration fuzz bench java-check clean \
-	environments
+.PHONY: demo test test-lowest test-newest test-cluster lint docs unit integration fuzz bench java-check \
+	clean environments
 
 $(INSTALLED): pyproject.toml setup.cfg Makefile constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "sparktf needs Python 3.11 or newer; set PYTHON=/path/to/python3.11")'
@@ -97,10 +97,18 @@ fuzz: java-check $(STAMP)
 		tests/unit/test_padding_cases.py
 	SPARKTF_FUZZ=1 $(BIN)/python -m pytest --durations=5 tests/generated
 
-# ruff's rule set and the import contracts of ARCHITECTURE.md (both in pyproject.toml).
+# ruff's rule set, the import contracts of ARCHITECTURE.md (both in pyproject.toml), and
+# the documentation site built with warnings as errors.
 lint: $(STAMP)
 	$(BIN)/ruff check sparktf tests bench examples scripts
 	$(BIN)/lint-imports
+	@$(MAKE) --no-print-directory docs
+
+# The documentation site (docs/: Sphinx, pydata-sphinx-theme, Markdown pages through
+# myst-parser, the API reference from the docstrings) into docs/_build/html; a warning
+# fails the build. Its examples run in the suite (tests/integration/test_docs.py).
+docs: $(STAMP)
+	$(BIN)/python -m sphinx -W --keep-going -q -b html docs docs/_build/html
 
 # The unit tests and the smoke (fit, transform, SQL, save/load, resume, CrossValidator,
 # HalvingSearch, sparktf.run) in the environment $(1), the generated unit tests drawing a
@@ -133,4 +141,4 @@ bench: java-check $(STAMP)
 	$(BIN)/python bench/feed_bench.py
 
 clean:
-	rm -rf $(VENV) $(LOWEST) $(NEWEST) build *.egg-info .pytest_cache
+	rm -rf $(VENV) $(LOWEST) $(NEWEST) build *.egg-info .pytest_cache docs/_build

@@ -5,9 +5,10 @@ then ``Received: name=value``."""
 from __future__ import annotations
 
 import math
+import os
 from typing import Any, Callable
 
-from pyspark.ml.param import Param, Params
+from pyspark.ml.param import Param, Params, TypeConverters
 
 from sparktf._driver.resources import positive_number
 from sparktf.errors import InvalidInputError
@@ -28,6 +29,16 @@ def int_at_least(name: str, low: int) -> Callable[[Any], int]:
 
 def positive_float(name: str, what: str = "a positive number") -> Callable[[Any], float]:
     return lambda value: positive_number(name, value, what)
+
+
+def location(value: Any) -> str:
+    """A URI or path (``modelDir``, ``modelPath``); a relative path is made absolute against
+    the driver's working directory, where the user means it: an executor's is another."""
+    value = TypeConverters.toString(value)
+    if value and "://" not in value and ":/" not in value and not value.startswith("file:") \
+            and not os.path.isabs(value):
+        return os.path.abspath(value)
+    return value
 
 
 def verbosity(value: Any) -> int:

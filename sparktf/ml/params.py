@@ -30,6 +30,7 @@ from sparktf.ml.param_values import (
     fraction,
     hyper_params,
     int_at_least,
+    location,
     new_param,
     positive_float,
     str_dict,
@@ -113,7 +114,8 @@ class _TFEstimatorParams(_TFSharedParams, HasLabelCol, HasSeed, HasWeightCol):
                               "workers) or 'parquet' (workers read a Parquet copy)",
                               choice("inputMode", INPUT_MODES))
     modelDir: Param = new_param("modelDir", "URI every executor and the driver can reach: "
-                             "checkpoints, logs, exported model", TypeConverters.toString)
+                             "checkpoints, logs, exported model (a relative path: from the "
+                             "driver's working directory)", location)
     runId: Param = new_param("runId", "a name for this fit's folder under modelDir: a fit of "
                           "the same runId resumes it from its last checkpoint, or returns "
                           "its model if it finished", TypeConverters.toString)
@@ -263,8 +265,8 @@ class _TFEstimatorParams(_TFSharedParams, HasLabelCol, HasSeed, HasWeightCol):
 class _TFModelParams(_TFSharedParams):
     """Params of ``TFModel``."""
 
-    modelPath: Param = new_param("modelPath", "URI of the SavedModel to score with",
-                              TypeConverters.toString)
+    modelPath: Param = new_param("modelPath", "URI of the SavedModel to score with (a "
+                              "relative path: from the driver's working directory)", location)
     inputMapping: Param = new_param("inputMapping", "dict column -> signature input name",
                                  str_dict("inputMapping"))
     signature: Param = new_param("signature", "SavedModel signature to call",

@@ -2,6 +2,7 @@
 shows what it should: the plots as images, scored rows as a table, a live bar during fit."""
 
 import os
+import re
 
 import nbformat
 import pytest
@@ -54,3 +55,38 @@ def test_notebook_executes(name):
     assert any(f"sparktf epoch 1/{epochs}" in o["data"].get("text/plain", "")
                for o in widgets), \
         [o["data"].get("text/plain") for o in widgets][:3]
+
+
+def _shown(cell) -> list:
+    """What a code cell shows, as the stored notebook is read: each output's kind (a stream's
+    name, or its data's types), and the text it prints with its numbers masked (timings and
+    rates differ from run to run; what is printed, and in which order, does not). stderr is
+    left out: what a library warns of differs by machine."""
+    shown = []
+    for o in cell.get("outputs", []):
+        if o.get("output_type") == "stream":
+            if o.get("name") == "stdout":
+                shown.append(("stdout", re.sub(r"\d+(\.\d+)?(e-?\d+)?", "#", o.get("text", ""))))
+        elif o.get("output_type") in ("display_data", "execute_result"):
+            shown.append((o["output_type"], sorted(o.get("data", {}))))
+        else:
+            shown.append((o.get("output_type"), None))
+    return shown
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_notebook_is_stored_with_the_outputs_its_code_gives(name):
+    """notebooks/ holds each notebook with its outputs, plots included, so that it reads
+    with them where it is read (GitHub, the site); what is stored is what the code gives:
+    every cell shows what the run beside this test showed, its printed lines to the number.
+    After changing a notebook, store its outputs again:
+    ``.venv/bin/python scripts/store_notebooks.py``."""
+    stored = nbformat.read(os.path.join(NOTEBOOKS, name), as_version=4)
+    ran = nbformat.read(JOBS[name].finished().results()["notebook"]["path"], as_version=4)
+    cells = [c for c in stored.cells if c.cell_type == "code"]
+    fresh = [c for c in ran.cells if c.cell_type == "code"]
+    assert [c.source for c in cells] == [c.source for c in fresh]
+    assert any("image/png" in o.get("data", {}) for c in cells for o in c.get("outputs", [])), \
+        f"{name} is stored without its plots: run scripts/store_notebooks.py"
+    for i, (old, new) in enumerate(zip(cells, fresh)):
+        assert _shown(old) == _shown(new), f"{name}, code cell {i + 1}: {old.source[:80]!r}"

@@ -203,3 +203,20 @@ def test_hyper_params_have_a_readable_json_view():
     assert view == {"shape": [2, 3], "ids": {"1": "a", "(0, 1)": "b'\\x00'"}, "n": 7,
                     "x": 0.5, "a": [0, 1], "inf": float("inf")}
     assert type(view["n"]) is int and type(view["x"]) is float
+
+
+def test_a_relative_model_dir_or_model_path_is_the_drivers_not_an_executors(tmp_path,
+                                                                            monkeypatch):
+    """Found by the documentation's examples: ``TFModel.from_keras("gru.keras", "models/gru")``
+    exported to the driver's ``models/gru`` and the executors looked for it in their own
+    working directories. A relative path is made absolute where it is set, on the driver;
+    URIs and MLflow addresses stay as given."""
+    from sparktf.ml import TFEstimator, TFModel
+
+    monkeypatch.chdir(tmp_path)
+    assert TFModel(modelPath="models/gru").getModelPath() == str(tmp_path / "models" / "gru")
+    assert TFEstimator(modelDir="runs").getModelDir() == str(tmp_path / "runs")
+    for uri in ("s3a://bucket/models", "runs:/0a1b/model", "models:/name/1", "file:///tmp/m",
+                "/abs/path", "hdfs:///models"):
+        assert TFModel(modelPath=uri).getModelPath() == uri
+        assert TFEstimator(modelDir=uri).getModelDir() == uri

@@ -1,0 +1,110 @@
+"""Every Python example of the documentation site (``docs/``) runs, as a reader runs it, so
+that the pages cannot drift from the code: each page's ```` ```python ```` blocks in order,
+in one namespace, in a folder of their own (what they save lands there).
+
+A page whose examples build on another's says so in a MyST comment, ``% context: <page>``
+(the pages say it to readers too): the suite runs that page's examples first, once, and
+each page that names it starts from a copy of its namespace. ``% run: own-process`` runs the
+page's examples in a Python process of their own (the Spark Connect page starts a server
+and stops its session). The README's quick start is the getting-started page's, character
+for character.
+"""
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+PAGES = sorted(p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md")
+               if "_build" not in p.parts)
+FENCE = re.compile(r"^(?P<indent> *)```python\n(?P<code>.*?)^(?P=indent)```", re.M | re.S)
+
+pytestmark = pytest.mark.timeout(1200)
+
+
+def examples(text: str) -> list[tuple[int, str]]:
+    """(line, code) of each Python block, its indentation (a block in a list item) removed."""
+    found = []
+    for m in FENCE.finditer(text):
+        indent = len(m.group("indent"))
+        code = "".join(line[indent:] for line in m.group("code").splitlines(keepends=True))
+        found.append((text.count("\n", 0, m.start()) + 2, code))
+    return found
+
+
+def directive(text: str, name: str) -> str | None:
+    m = re.search(rf"^% {name}: (\S+)\s*$", text, re.M)
+    return m.group(1) if m else None
+
+
+def _page(page: str) -> str:
+    return (DOCS / page).read_text()
+
+
+def _run(page: str, namespace: dict) -> dict:
+    for line, code in examples(_page(page)):
+        print(f"--- {page}:{line}")
+        exec(compile(code, f"docs/{page}:{line}", "exec"), namespace)
+    return namespace
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return tmp_path_factory.mktemp("docs")
+
+
+@pytest.fixture(scope="module")
+def contexts(spark, folder):
+    """Each context page's namespace, run once (in ``folder``), by page name."""
+    done: dict = {}
+
+    def of(name: str) -> dict:
+        if name not in done:
+            before = os.getcwd()
+            os.chdir(folder)
+            try:
+                done[name] = _run(f"{name}.md", {"__name__": f"docs_{name}"})
+            finally:
+                os.chdir(before)
+        return done[name]
+
+    return of
+
+
+def test_the_pages_name_contexts_that_exist():
+    assert "getting-started.md" in PAGES and "guide/tuning.md" in PAGES
+    for page in PAGES:
+        context = directive(_page(page), "context")
+        assert context is None or f"{context}.md" in PAGES, (page, context)
+    assert sum(len(examples(_page(p))) for p in PAGES) >= 8  # Sphinx -W: all in a toctree
+
+
+def test_the_readme_quick_start_is_the_getting_started_page_s():
+    readme = examples((ROOT / "README.md").read_text())
+    assert readme and readme[0][1] == examples(_page("getting-started.md"))[0][1]
+    assert len(readme) == 1, "the README's other examples belong to the site's pages"
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if examples(_page(p))])
+def test_the_examples_of_each_page_run(page, spark, contexts, folder, monkeypatch):
+    text = _page(page)
+    monkeypatch.chdir(folder)
+    if directive(text, "run") == "own-process":
+        code = "\n".join(c for _, c in examples(text))
+        done = subprocess.run([sys.executable, "-c", code], cwd=folder, capture_output=True,
+                              text=True, timeout=900)
+        print(done.stdout[-4000:], done.stderr[-4000:], sep="\n")
+        assert done.returncode == 0, f"docs/{page}'s examples failed:\n{done.stderr[-4000:]}"
+        return
+    if page == "getting-started.md":
+        namespace = contexts("getting-started")
+    else:
+        context = directive(text, "context")
+        namespace = dict(contexts(context)) if context else {"__name__": "docs_page"}
+        _run(page, namespace)
+    assert namespace, page
