@@ -1,7 +1,8 @@
 """Sphinx configuration of sparktf's documentation site (``make docs``).
 
 The PyData convention, as pyspark and pandas have it: Sphinx with ``pydata-sphinx-theme``,
-pages in Markdown (``myst-parser``), the API reference from the docstrings (autodoc).
+pages in Markdown (``myst-parser``), the notebooks with their stored outputs (``myst-nb``),
+the API reference from the docstrings (autodoc).
 Built with warnings as errors (``-W``) in ``make test``'s lint step.
 """
 
@@ -15,9 +16,10 @@ author = "the sparktf authors"
 copyright = "2026, the sparktf authors"
 release = "0.1.0"
 
-extensions = ["myst_parser", "sphinx.ext.autodoc", "sphinx.ext.napoleon",
-              "sphinx.ext.viewcode"]
-source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
+# myst_nb: the Markdown pages (it brings myst_parser) and the notebooks, shown with the
+# outputs stored in them (scripts/store_notebooks.py; the suite checks they are current)
+extensions = ["myst_nb", "sphinx.ext.autodoc", "sphinx.ext.napoleon", "sphinx.ext.viewcode"]
+nb_execution_mode = "off"
 exclude_patterns = ["_build"]
 myst_enable_extensions = ["colon_fence"]
 myst_heading_anchors = 3
@@ -32,7 +34,8 @@ autodoc_default_options = {"members": True, "show-inheritance": False}
 
 html_theme = "pydata_sphinx_theme"
 html_title = "sparktf"
-html_static_path = []
+html_static_path = ["_static"]
+html_css_files = ["sparktf.css"]
 html_theme_options = {
     "navigation_depth": 2,
     "show_toc_level": 2,

@@ -10,6 +10,7 @@ and stops its session). The README's quick start is the getting-started page's, 
 for character.
 """
 
+import contextlib
 import os
 import pathlib
 import re
@@ -53,6 +54,24 @@ def _run(page: str, namespace: dict) -> dict:
     return namespace
 
 
+@contextlib.contextmanager
+def _working_in(folder, spark):
+    """Relative paths of the examples resolve in ``folder``: Python's (sparktf, MLflow) and
+    the driver JVM's (Spark's writers resolve against its local file system's working
+    directory, the JVM's start-up folder, which a Python ``chdir`` does not move)."""
+    sc = spark.sparkContext
+    jvm = sc._jvm
+    local = jvm.org.apache.hadoop.fs.FileSystem.getLocal(sc._jsc.hadoopConfiguration())
+    before, jvm_before = os.getcwd(), local.getWorkingDirectory()
+    os.chdir(folder)
+    local.setWorkingDirectory(jvm.org.apache.hadoop.fs.Path(str(folder)))
+    try:
+        yield
+    finally:
+        local.setWorkingDirectory(jvm_before)
+        os.chdir(before)
+
+
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
     return tmp_path_factory.mktemp("docs")
@@ -65,12 +84,8 @@ def contexts(spark, folder):
 
     def of(name: str) -> dict:
         if name not in done:
-            before = os.getcwd()
-            os.chdir(folder)
-            try:
+            with _working_in(folder, spark):
                 done[name] = _run(f"{name}.md", {"__name__": f"docs_{name}"})
-            finally:
-                os.chdir(before)
         return done[name]
 
     return of
@@ -91,9 +106,8 @@ def test_the_readme_quick_start_is_the_getting_started_page_s():
 
 
 @pytest.mark.parametrize("page", [p for p in PAGES if examples(_page(p))])
-def test_the_examples_of_each_page_run(page, spark, contexts, folder, monkeypatch):
+def test_the_examples_of_each_page_run(page, spark, contexts, folder):
     text = _page(page)
-    monkeypatch.chdir(folder)
     if directive(text, "run") == "own-process":
         code = "\n".join(c for _, c in examples(text))
         done = subprocess.run([sys.executable, "-c", code], cwd=folder, capture_output=True,
@@ -106,5 +120,7 @@ def test_the_examples_of_each_page_run(page, spark, contexts, folder, monkeypatc
     else:
         context = directive(text, "context")
         namespace = dict(contexts(context)) if context else {"__name__": "docs_page"}
-        _run(page, namespace)
+        with _working_in(folder, spark):
+            _run(page, namespace)
+    assert not os.path.exists(ROOT / "models"), "an example wrote outside its folder"
     assert namespace, page
