@@ -11,10 +11,12 @@ import sys
 
 sys.path.insert(0, os.path.abspath(".."))
 
+import sparktf  # noqa: E402  (the checkout's, for its version)
+
 project = "sparktf"
 author = "the sparktf authors"
 copyright = "2026, the sparktf authors"
-release = "0.1.0"
+release = sparktf.__version__
 
 # myst_nb: the Markdown pages (it brings myst_parser) and the notebooks, shown with the
 # outputs stored in them (scripts/store_notebooks.py; the suite checks they are current)

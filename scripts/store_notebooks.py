@@ -1,6 +1,7 @@
 """Stores each notebook of ``notebooks/`` with its outputs, plots included: runs it top to
 bottom in a fresh kernel as the suite does (``tests/integration/scripts/notebook_job.py``)
-and writes the executed notebook in its place. Run after changing a notebook;
+and writes the executed notebook in its place, without what it printed to stderr (library
+warnings, this machine's paths and addresses: not for the site). Run after changing a notebook;
 ``tests/integration/test_notebook.py`` fails while a stored notebook shows other than its
 code gives.
 
@@ -9,14 +10,23 @@ code gives.
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 
+import nbformat
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOKS = os.path.join(ROOT, "notebooks")
 JOB = os.path.join(ROOT, "tests", "integration", "scripts", "notebook_job.py")
+
+
+def without_stderr(notebook):
+    for cell in notebook.cells:
+        if cell.cell_type == "code":
+            cell.outputs = [o for o in cell.outputs
+                            if not (o.output_type == "stream" and o.name == "stderr")]
+    return notebook
 
 
 def store(name: str) -> None:
@@ -28,7 +38,8 @@ def store(name: str) -> None:
         result = json.loads(line[len("RESULT notebook "):])
         if result["error"]:
             sys.exit(f"{name} failed, not stored:\n{result['error']}")
-        shutil.copyfile(result["path"], path)
+        notebook = nbformat.read(result["path"], as_version=4)
+        nbformat.write(without_stderr(notebook), path)
     print(f"stored {name} with its outputs")
 
 

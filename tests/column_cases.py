@@ -1,4 +1,4 @@
-"""Generated columns (Hypothesis) drawn from README "What your columns can be", with the
+"""Generated columns (Hypothesis) drawn from docs/guide/columns.md, with the
 values each kind may hold (nulls, NaN, +-inf, unicode, empty strings and arrays, int64
 extremes, nested and ragged arrays, sparse vectors), and the NumPy reference of what
 ``ctx.dataset()`` yields for each row: the same values, as the kind's dtype.

@@ -84,7 +84,7 @@ def run(spark, main_fn: Callable[[Any, Any], Any], args: Any = None, *, numWorke
     df : DataFrame, optional
         Input data, shared by the worker tasks (chief and parameter servers get none).
     useGpu : "auto", True or False
-        GPUs come from Spark's resource scheduler; see the README.
+        GPUs come from Spark's resource scheduler; see the guide's :doc:`/guide/gpus` page.
     timeout : float, optional
         Seconds after which the stage is cancelled and ``JobTimeoutError`` raised.
     evaluator : bool
@@ -105,10 +105,7 @@ def run(spark, main_fn: Callable[[Any, Any], Any], args: Any = None, *, numWorke
 
     Examples
     --------
-    >>> def main(args, ctx):
-    ...     return (ctx.rank, ctx.jobName, args["x"])
-    >>> sparktf.run(spark, main, {"x": 1}, numWorkers=2)  # doctest: +SKIP
-    [(0, 'worker', 1), (1, 'worker', 1)]
+    Examples are in the guide's :doc:`/guide/run` page (the suite runs them).
     """
     validate_launch(numWorkers, numPs, useGpu, timeout)
     if not isinstance(allTasks, bool):

@@ -70,16 +70,8 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
 
     Examples
     --------
-    >>> def build(hparams):
-    ...     import keras
-    ...     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, "softmax")])
-    ...     model.compile(keras.optimizers.Adam(hparams["learningRate"]),
-    ...                   "sparse_categorical_crossentropy", metrics=["accuracy"])
-    ...     return model
-    >>> est = TFEstimator(modelFn=build, numWorkers=2, epochs=5, batchSize=64)
-    >>> model = est.fit(train_df)                       # doctest: +SKIP
-    >>> model.getHistory()["accuracy"][-1]              # doctest: +SKIP
-    0.97
+    Examples are in :doc:`/getting-started` and the guide's :doc:`/guide/params` page
+    (the suite runs them).
     """
 
     @keyword_only

@@ -326,7 +326,8 @@ class _TFModelParams(_TFSharedParams):
         from its wait for the others in the gradient all-reduce), ``steps`` and
         ``executors`` (each rank's ``host:port``). Empty for one worker, parameter
         servers and tf_keras models. The driver names a worker whose own time stands
-        out (see the README's "Stragglers")."""
+        out (see "Stragglers, named" in the guide's
+        training page, docs/guide/training.md)."""
         return {k: (list(v) if isinstance(v, list) else v)
                 for k, v in self.getOrDefault(self.workerTimes).items()}
 

@@ -16,18 +16,8 @@ the mask and OOV tokens, cut to ``max_tokens`` less the reserved indices; for
 ``TextVectorization`` after its default standardization (ASCII lower case, Keras's
 punctuation removed) and whitespace split.
 
-Examples
---------
->>> from sparktf.ml import preprocessing as pp
->>> state = pp.adapt(train_df, {"area": pp.Normalization(),
-...                             "city": pp.StringLookup(max_tokens=50),
-...                             "review": pp.TextVectorization(max_tokens=5000,
-...                                                            output_sequence_length=40)})
-...                                                                   # doctest: +SKIP
->>> est = TFEstimator(modelFn=build, hyperParams={"preprocessing": state})   # doctest: +SKIP
->>> def build(hp):                                   # on the workers
-...     layers = pp.layers(hp["preprocessing"])      # {"area": Normalization(mean=...), ...}
-...     city = layers["city"](keras.Input((1,), dtype="string", name="city"))
+Examples are in the guide's :doc:`/guide/columns` page, "Preprocessing inside the model,
+statistics from Spark" (the suite runs them).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
-"""Generated columns through Spark: random schemas of README "What your columns can be"
+"""Generated columns through Spark: random schemas of docs/guide/columns.md
 (values with NaN, +-inf, unicode, empty strings and arrays, int64 extremes, nested and
 ragged arrays, sparse vectors, null rows) in a DataFrame over 1-3 tasks, read back by
 ``ctx.dataset()`` in ``sparktf.run`` and scored by ``transform`` and ``udf()`` (a
 SavedModel returning its inputs), against the NumPy reference of
-``tests.column_cases``; and every kind the README refuses, refused on the driver with
+``tests.column_cases``; and every kind that page refuses, refused on the driver with
 ``InvalidInputError`` before any job. (``tests/unit/test_column_cases.py`` runs the
 same columns through the runtime in one process, with a larger budget.)"""
 

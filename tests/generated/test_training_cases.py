@@ -2,7 +2,7 @@
 sizes (empty and 10:1 included), with and without a regularizer, an ``add_loss`` layer,
 sample weights, a validation column or fraction, two outputs.
 
-The oracle is Keras's own ``fit`` over the global batches of README's step plan
+The oracle is Keras's own ``fit`` over the global batches of the step plan (docs/guide/training.md)
 (``plan_oracle``): one worker's batches are Keras's ``fit(batch_size=...)`` batches, and
 several workers' global steps are rebuilt from the plan. Every history value must be
 finite wherever Keras's is and equal to it at float precision. A validation split with

@@ -1,8 +1,8 @@
 """Keras as the oracle for any step plan: the global batches sparktf trains on, rebuilt
-from README's step plan, trained by Keras's own ``fit``.
+from the step plan (docs/guide/training.md), trained by Keras's own ``fit``.
 
 Synchronous data-parallel training over several workers equals Keras's ``fit`` over
-the same global batches in the same order. The step plan (``shards.step_rows``, README
+the same global batches in the same order. The step plan (``shards.step_rows``, the guide
 "How rows become steps") says which rows make each global step; ``PlannedBatches``
 gives Keras exactly those batches, so every history value can be compared at float
 precision for any row count, batch size, worker count and partition sizes.

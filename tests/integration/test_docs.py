@@ -105,6 +105,31 @@ def test_the_readme_quick_start_is_the_getting_started_page_s():
     assert len(readme) == 1, "the README's other examples belong to the site's pages"
 
 
+# the fences a page may hold: Python (run above), shell commands and MyST's directives
+OPENING = re.compile(r"^ *(```|~~~)[ \t]*(?P<info>[^`\s]*)", re.M)
+NOT_RUN = {"bash", "text", "{eval-rst}", "{include}", "{toctree}"}
+
+
+def test_every_python_example_of_the_site_is_one_this_test_runs():
+    """No Python block slips past ``FENCE`` (```py, ```python3, ```{code-block} python,
+    ~~~python are refused here, not skipped silently), and the API reference, built from
+    the docstrings, shows no ``>>>`` example of its own: the docstrings point to the pages
+    whose examples run."""
+    fences = {}
+    for page in PAGES:
+        infos = [m.group("info") for m in OPENING.finditer(_page(page))]
+        # each block opens and closes with a fence: the closing ones carry no info
+        fences[page] = [i for n, i in enumerate(infos) if n % 2 == 0]
+    assert {p: [i for i in f if i not in NOT_RUN | {"python"}] for p, f in fences.items()
+            if set(f) - NOT_RUN - {"python"}} == {}
+    assert sum(f.count("python") for f in fences.values()) == sum(
+        len(examples(_page(p))) for p in PAGES)
+    doctests = [f"{path.relative_to(ROOT)}:{n}" for path in (ROOT / "sparktf").rglob("*.py")
+                for n, line in enumerate(path.read_text().splitlines(), 1)
+                if line.lstrip().startswith(">>>")]
+    assert doctests == []
+
+
 @pytest.mark.parametrize("page", [p for p in PAGES if examples(_page(p))])
 def test_the_examples_of_each_page_run(page, spark, contexts, folder):
     text = _page(page)

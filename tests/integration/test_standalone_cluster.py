@@ -1,7 +1,7 @@
 """sparktf on a real Spark standalone cluster: a master and three workers, each a JVM of
 its own started from the installed pyspark (``bin/spark-class``), and applications
 submitted with ``spark-submit --master spark://...`` (``scripts/cluster_app.py``), as the
-README's "Running on a real cluster" does it.
+"Running on a real cluster" (docs/guide/clusters.md) does it.
 
 The cluster and its applications are one job (``scripts/standalone_job.py``), run beside
 the in-process tests; these tests check what it found. Run alone with
@@ -194,7 +194,7 @@ def _container_engine() -> str | None:
 
 @pytest.mark.timeout(3600)  # a first build downloads TensorFlow
 def test_the_kubernetes_example_image_builds_and_has_sparktf():
-    """examples/Dockerfile, as the README's Kubernetes section uses it."""
+    """examples/Dockerfile, as docs/guide/clusters.md's Kubernetes section uses it."""
     engine = _container_engine()
     if engine is None:
         pytest.skip("no container engine answers here (docker/podman missing, or its daemon "

@@ -141,7 +141,7 @@ def test_workers_share_each_step_in_proportion_and_use_every_row_once(all_rows, 
 
 
 def _plan_by_sorting(all_rows, batch):
-    """The step plan as README documents it: every row's place (i + 1/2) / rows_w, ties by
+    """The step plan as the guide documents it: every row's place (i + 1/2) / rows_w, ties by
     rank, the sorted order cut into batches of ``batch`` rows."""
     places = sorted(((2 * i + 1) / (2 * rows), rank) for rank, rows in enumerate(all_rows)
                     for i in range(rows))

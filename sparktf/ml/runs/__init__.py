@@ -3,8 +3,9 @@
 This package (``__init__``) holds a run's folder and records; ``identity`` what a
 ``modelFn`` builds, as a run recognises it; ``lock`` the one driver that owns a run;
 ``scratch`` the temp-dir folder of a fit that names no ``modelDir``. The room may import
-``sparktf.ml.persistence`` (the JSON view of Params), the runtime's storage and
-checkpoints, and nothing else of ``sparktf.ml``: the stages and tuning use it
+``sparktf.ml.persistence`` (the JSON view of Params), the runtime's storage,
+checkpoints, training spec (the export's folder) and TensorFlow start-up (``identity``
+builds a model to recognise it), and nothing else of ``sparktf.ml``: the stages and tuning use it
 (``pyproject.toml``'s import contracts).
 
 ``runId``: a fit that outlives its driver. Its folder ``modelDir/<runId>`` holds what

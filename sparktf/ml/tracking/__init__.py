@@ -16,8 +16,9 @@ says why.
 The room: this package logs and loads; ``logged_model`` is what MLflow shows and checks
 of a logged model (its signature, an input example); ``model_code`` is the code MLflow
 keeps in each logged model and runs to load it. It may import the run's room
-(``sparktf.ml.runs``: a scratch folder), the runtime's scoring and storage, and no
-stage: the stages import it, only where the application uses MLflow.
+(``sparktf.ml.runs``: a scratch folder), the runtime's scoring, storage and training
+summaries (the history it logs), and no stage: the stages import it, only where the
+application uses MLflow.
 """
 
 from __future__ import annotations

@@ -18,9 +18,13 @@ The room: this package is the estimator and its model (the public ``sparktf.ml.t
 ``halving`` the schedule (pure bookkeeping), ``trials`` a trial's Params and fit,
 ``samplers`` how sampled trials are drawn, ``loop`` the search on the driver, ``journal``
 what a resumed or grown search reads back, ``checks`` what is refused before any job,
-``persistence`` saving and loading, ``tracking`` MLflow. Tuning uses the stages as a
-user does (a trial is a ``TFEstimator`` fit) and starts no job of its own; no stage
-imports it (``pyproject.toml``'s import contracts).
+``persistence`` saving and loading, ``tracking`` MLflow. A trial is a ``TFEstimator``
+fit, as a user's; beyond the stages the search reads a run's room (``sparktf.ml.runs``:
+folders, locks, identities), the runtime's storage and checkpoints (a trial's epochs,
+the checkpoints it gives back), summaries (an evaluator's validation rows) and the
+driver's sessions, versions and capacity check (before any job). It starts no job of
+its own (no launch, routing, protocol, feed or scoring: an import contract), and no
+stage imports it (``pyproject.toml``'s import contracts).
 """
 
 from __future__ import annotations
@@ -153,11 +157,9 @@ class HalvingSearch(Estimator, _HalvingSearchParams, MLReadable, MLWritable):
     """Tunes a ``TFEstimator`` (or a Pipeline ending in one) by asynchronous successive
     halving: bad trials stop after ``minEpochs``, the best continue from their checkpoints.
 
-    >>> grid = ParamGridBuilder().addGrid(est.learningRate, [1e-1, 1e-2, 1e-3]).build()
-    >>> search = HalvingSearch(estimator=est, estimatorParamMaps=grid, metric="val_loss",
-    ...                        minEpochs=1, maxEpochs=9)
-    >>> model = search.fit(df)                                       # doctest: +SKIP
-    >>> model.bestParams, model.trials.show()                        # doctest: +SKIP
+    Examples
+    --------
+    Examples are in the guide's :doc:`/guide/tuning` page (the suite runs them).
     """
 
     @keyword_only

@@ -51,7 +51,7 @@ def predictions(scored):
 
 
 def pipeline_save(spark, workdir):
-    """The README's flow: assemble, fit on 2 workers with a shared modelDir, save."""
+    """docs/guide/clusters.md's flow: assemble, fit on 2 workers with a shared modelDir, save."""
     from pyspark.ml import Pipeline
     from pyspark.ml.feature import VectorAssembler
     train, test = digits_frames(spark)

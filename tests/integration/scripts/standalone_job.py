@@ -1,7 +1,7 @@
 """Driver for test_standalone_cluster.py: a Spark standalone cluster (a master and three
 workers, each a JVM of its own started from the installed pyspark with ``bin/spark-class``)
 and the applications submitted to it with ``spark-submit --master spark://...``
-(``cluster_app.py``), as the README's "Running on a real cluster" does it.
+(``cluster_app.py``), as the "Running on a real cluster" (docs/guide/clusters.md) does it.
 
 A job of its own (tests/conftest.py: Job), so that its applications run beside the
 in-process tests. Each scenario's findings go to stdout as one ``RESULT name {json}``
