@@ -89,12 +89,11 @@ def _same(old: list, new: list) -> bool:
     """Shows the same: the same outputs and text (its white space aside: IPython wraps a
     long result by its width), each number within 10% of the fresh run's. Not to the last
     digit: the digits notebook's fit, seeded, gives other results run alone (as
-    scripts/store_notebooks.py runs it: loss 0.0873, val_accuracy 0.968, twice) than
-    beside the other notebook (0.0826, 0.9758, twice): a defect found, not yet explained,
-    and a borderline row of the scored
-    table then flips class, so a table (pandas' or Spark's ``show``) is compared by its
-    columns and rows only. Another accuracy (0.1 for 0.96), another count or a swapped
-    figure fails."""
+    scripts/store_notebooks.py runs it, twice: loss 0.0873, val_accuracy 0.968) than beside
+    the other notebook (0.0826, 0.9758; three such runs scored the same borderline row
+    alike): a defect found, not yet explained. That row then flips class, so a table
+    (pandas' or Spark's ``show``) is compared by its columns and rows only. Another
+    accuracy (0.1 for 0.96), another count or a swapped figure fails."""
     def parts(shown):
         return [tuple(" ".join(NUMBER.sub("#", x).split()) if isinstance(x, str) else x
                       for x in s) for s in shown]
