@@ -19,12 +19,10 @@ The room: this package is the estimator and its model (the public ``sparktf.ml.t
 ``samplers`` how sampled trials are drawn, ``loop`` the search on the driver, ``journal``
 what a resumed or grown search reads back, ``checks`` what is refused before any job,
 ``persistence`` saving and loading, ``tracking`` MLflow. A trial is a ``TFEstimator``
-fit, as a user's; beyond the stages the search reads a run's room (``sparktf.ml.runs``:
-folders, locks, identities), the runtime's storage and checkpoints (a trial's epochs,
-the checkpoints it gives back), summaries (an evaluator's validation rows) and the
-driver's sessions, versions and capacity check (before any job). It starts no job of
-its own (no launch, routing, protocol, feed or scoring: an import contract), and no
-stage imports it (``pyproject.toml``'s import contracts).
+fit, as a user's; the search also reads a run's room (``sparktf.ml.runs``), the
+runtime's storage, checkpoints (a trial's epochs; those it gives back) and summaries (a
+vector metric's elements for MLflow), and the driver's sessions, versions and capacity
+check. It starts no job of its own and no stage imports it (import contracts).
 """
 
 from __future__ import annotations
