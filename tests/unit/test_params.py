@@ -8,6 +8,7 @@ from pyspark.ml.param import Param, TypeConverters
 
 import sparktf
 from sparktf.ml import TFEstimator, TFModel
+from sparktf.ml.tuning import HalvingSearch, HalvingSearchModel
 
 NO_DEFAULT = {"inputCols", "labelCols", "validationCol", "modelDir", "modelPath", "taskCpus",
               "taskGpus", "weightCol", "classWeight", "padLength", "keepBest", "runId",
@@ -33,6 +34,31 @@ def test_every_param_is_documented_owned_converted_and_accessible(cls):
         assert callable(getattr(stage, "get" + name)), p.name
         assert callable(getattr(stage, "set" + name)), p.name
         assert p.name in stage.explainParam(p)
+
+
+@pytest.mark.parametrize("cls", [HalvingSearch, HalvingSearchModel])
+def test_every_search_param_has_a_getter_and_a_setter_that_agree(cls):
+    """As pyspark's CrossValidator: ``getX`` for each Param ``x`` (and the search a ``setX``);
+    a getter gives the default until the Param is set, then what was set."""
+    values = {"metricMode": "max", "sampler": "tpe", "metric": "val_auc", "trainRatio": 0.5,
+              "keepTrialCheckpoints": True, "runId": "r", "maxTime": 9.0, "verbose": 0}
+    stage = cls()
+    assert len(stage.params) == 18
+    for p in stage.params:
+        name = p.name[0].upper() + p.name[1:]
+        assert p.doc and len(p.doc) > 10, p.name
+        getter = getattr(stage, "get" + name)
+        if p.name == "estimator":  # as CrossValidator's: a KeyError until it is set
+            with pytest.raises(KeyError):
+                getter()
+        elif p.name != "maxEpochs":  # unset: the estimator's epochs
+            assert getter() == (stage.getOrDefault(p) if stage.isDefined(p) else None), p.name
+        if p.name in ("estimator", "estimatorParamMaps", "paramDistributions", "evaluator"):
+            continue
+        value = values.get(p.name, 4)
+        set_ = getattr(cls(), "set" + name) if cls is HalvingSearch else \
+            (lambda v, _n=p.name: cls()._set(**{_n: v}))  # the search sets its model's
+        assert getattr(set_(value), "get" + name)() == value, p.name
 
 
 def test_explain_params_lists_every_param_with_its_default():
