@@ -91,7 +91,12 @@ def _same(old: list, new: list) -> bool:
     digit: the digits notebook's fit, seeded, gives other results run alone (as
     scripts/store_notebooks.py runs it, twice: loss 0.0873, val_accuracy 0.968) than beside
     the other notebook (0.0826, 0.9758; three such runs scored the same borderline row
-    alike): a defect found, not yet explained. That row then flips class, so a table
+    alike). Why, as far as measured (bench/RESULTS.md, 2026-12-03): the notebook's
+    StandardScaler merges its partitions' summaries in the order their tasks finish, and
+    the other order moves 26 of its 64 deviations in the last bit; sparktf's
+    validationFraction draw and shuffle order are hashes of the rows' exact values, so a
+    last-bit change gives another split and another fit. Open: draws that a last bit
+    cannot move. That row then flips class, so a table
     (pandas' or Spark's ``show``) is compared by its columns and rows only. Another
     accuracy (0.1 for 0.96), another count or a swapped figure fails."""
     def parts(shown):
