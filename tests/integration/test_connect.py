@@ -11,7 +11,7 @@ from tests import conftest
 
 SCENARIOS = ["fit_transform", "kinds", "run_with_df", "bad_input", "pipeline_persistence",
              "cross_validator", "train_validation_split", "halving_search", "streaming",
-             "show_then_stop"]
+             "show_then_stop", "docs_page"]
 JOB = conftest.Job("connect", "tests/integration/scripts/connect_jobs.py",
                    conftest.Job.WORKDIR, *SCENARIOS, expected_s=175)
 
@@ -108,3 +108,13 @@ def test_stop_right_after_a_show_over_a_transform_logs_no_error(found):
     errors = [line for line in stderr.splitlines() if "releaseExecute" in line or
               "SESSION_CLOSED" in line]
     assert not errors, "\n".join(errors[:5])
+
+
+def test_the_connect_page_s_example_runs_in_this_client_and_ends_it(found):
+    """docs/guide/connect.md's example, run as a reader runs it after the other scenarios
+    (tests/integration/test_docs.py leaves the page to this job): its
+    ``remote("local-cluster[...]").getOrCreate()`` is this client's session, its fit
+    trains the 3 epochs it asks for, and its ``spark.stop()`` ends the job."""
+    result = _ok(found, "docs_page")
+    assert result["same_session"], "the page's getOrCreate() made a second session"
+    assert len(result["history"]["loss"]) == 3, result

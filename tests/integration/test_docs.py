@@ -4,18 +4,17 @@ in one namespace, in a folder of their own (what they save lands there).
 
 A page whose examples build on another's says so in a MyST comment, ``% context: <page>``
 (the pages say it to readers too): the suite runs that page's examples first, once, and
-each page that names it starts from a copy of its namespace. ``% run: own-process`` runs the
-page's examples in a Python process of their own (the Spark Connect page starts a server
-and stops its session). The README's quick start is the getting-started page's, character
-for character.
+each page that names it starts from a copy of its namespace. A page marked ``% run:
+connect-job`` (the Spark Connect page: it starts a local Connect server and stops its
+session) runs in the client of the Connect job instead, after that job's scenarios, against
+the server the job started (tests/integration/test_connect.py checks it). The README's
+quick start is the getting-started page's, character for character.
 """
 
 import contextlib
 import os
 import pathlib
 import re
-import subprocess
-import sys
 
 import pytest
 
@@ -130,16 +129,18 @@ def test_every_python_example_of_the_site_is_one_this_test_runs():
     assert doctests == []
 
 
-@pytest.mark.parametrize("page", [p for p in PAGES if examples(_page(p))])
+def test_the_pages_run_elsewhere_are_run_by_the_connect_job():
+    elsewhere = [p for p in PAGES if directive(_page(p), "run") is not None]
+    assert elsewhere == ["guide/connect.md"]
+    assert directive(_page("guide/connect.md"), "run") == "connect-job"
+    from tests.integration import test_connect
+    assert "docs_page" in test_connect.SCENARIOS
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if examples(_page(p))
+                                  and directive(_page(p), "run") is None])
 def test_the_examples_of_each_page_run(page, spark, contexts, folder):
     text = _page(page)
-    if directive(text, "run") == "own-process":
-        code = "\n".join(c for _, c in examples(text))
-        done = subprocess.run([sys.executable, "-c", code], cwd=folder, capture_output=True,
-                              text=True, timeout=900)
-        print(done.stdout[-4000:], done.stderr[-4000:], sep="\n")
-        assert done.returncode == 0, f"docs/{page}'s examples failed:\n{done.stderr[-4000:]}"
-        return
     if page == "getting-started.md":
         namespace = contexts("getting-started")
     else:

@@ -243,19 +243,39 @@ def kinds(spark, workdir):
 
 
 def show_then_stop(spark, workdir):
-    """The last scenario: ``show(3)`` over a transform returns while the query still scores
-    its other partitions; main's ``spark.stop()`` comes right after it (the server's
-    stderr must not log the executions' releases failing: tests/integration/test_connect)."""
+    """``show(3)`` over a transform returns while the query still scores its other
+    partitions (the server's stderr must not log the executions' releases failing:
+    tests/integration/test_connect); the docs page's example after it ends the same way,
+    with ``spark.stop()`` right after its ``show(3)``."""
     test = FITTED["digits_test"]  # fit_transform's, built once
     FITTED["digits"].transform(test.repartition(4)).show(3)
     emit("show_then_stop", {"shown": True})
+
+
+def docs_page(spark, workdir):
+    """The last scenario: docs/guide/connect.md's example, as a reader runs it (its blocks in
+    order, in one namespace, in a folder of its own). Its ``remote("local-cluster[...]")
+    .getOrCreate()`` is this client's session, started the same way, and its end is this
+    job's: ``transform(...).show(3)``, then ``spark.stop()`` (main's own stop after it does
+    nothing). One Connect server for the page and the scenarios, where each started one."""
+    import contextlib
+
+    from tests.integration.test_docs import DOCS, examples
+    folder = os.path.join(workdir, "docs-connect")
+    os.makedirs(folder)
+    namespace = {"__name__": "docs_connect"}
+    with contextlib.chdir(folder):
+        for line, code in examples((DOCS / "guide" / "connect.md").read_text()):
+            exec(compile(code, f"docs/guide/connect.md:{line}", "exec"), namespace)
+    emit("docs_page", {"same_session": namespace["spark"] is spark,
+                       "history": namespace["model"].getHistory()})
 
 
 SCENARIOS = {"fit_transform": fit_transform, "kinds": kinds, "run_with_df": run_with_df,
              "bad_input": bad_input, "pipeline_persistence": pipeline_persistence,
              "cross_validator": cross_validator, "streaming": streaming,
              "train_validation_split": train_validation_split, "halving_search": halving_search,
-             "show_then_stop": show_then_stop}
+             "show_then_stop": show_then_stop, "docs_page": docs_page}
 
 
 def main(argv):
