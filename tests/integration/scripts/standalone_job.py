@@ -202,16 +202,31 @@ def second(cluster: Cluster) -> dict:
         server.stop()
 
 
+KILLED: dict = {}  # the first application's KILL-ME line, for drivers_killed_and_resumed
+
+
+def first_and_driver_killed(cluster: Cluster) -> dict:
+    """The first application: a pipeline fitted and saved (for the second), two fits at
+    once, then a 4-epoch run (runId) whose driver is killed with SIGKILL after epoch 2
+    (one application for both: each start costs the executors' TensorFlow import).
+    ``first``'s results are those it printed before the kill."""
+    killed, found = cluster.submit_and_kill("first_then_driver_killed", r"^KILL-ME (.*)",
+                                            *TWO_SLOTS)
+    KILLED["line"] = killed
+    if "first_failed" in found:
+        return {"error": found["first_failed"]}
+    return {name: found[name] for name in ("pipeline_save", "concurrent")}
+
+
 def drivers_killed_and_resumed(cluster: Cluster) -> None:
-    """A 4-epoch run (runId) whose driver is killed with SIGKILL after epoch 2; the same
-    application submitted again, which then starts a search (runId) and is killed with
-    SIGKILL while a promoted trial trains; the search's application submitted again.
-    Three applications for the two losses (each start costs the executors' TensorFlow
-    import): results ``driver_killed`` and ``search_driver_killed``."""
-    killed, _ = cluster.submit_and_kill("driver_killed", r"^KILL-ME (.*)", *TWO_SLOTS)
+    """The killed run's application submitted again (the run resumes), which then starts a
+    search (runId) and is killed with SIGKILL while a promoted trial trains; the search's
+    application submitted again: results ``driver_killed`` and ``search_driver_killed``."""
+    if "line" not in KILLED:
+        raise RuntimeError("the first application was not killed mid-run: see 'first'")
     search_killed, resumed = cluster.submit_and_kill(
         "driver_resumed_search_killed", r"^KILL-ME (.*)", *TWO_SLOTS)
-    emit("driver_killed", {"killed_lines": json.loads(killed.group(1)), **resumed})
+    emit("driver_killed", {"killed_lines": json.loads(KILLED["line"].group(1)), **resumed})
     try:  # from here on, a failure is the search's alone
         emit("search_driver_killed", {"killed_when": json.loads(search_killed.group(1)),
                                       **cluster.submit("search_resumed", *TWO_SLOTS)})
@@ -220,16 +235,18 @@ def drivers_killed_and_resumed(cluster: Cluster) -> None:
 
 
 SCENARIOS = {
-    # a pipeline fitted and saved, then two fits at once (pipeline_save, concurrent)
-    "first": lambda cluster: cluster.submit("first", *TWO_SLOTS),
+    # a pipeline fitted and saved, two fits at once (pipeline_save, concurrent), and the
+    # run whose driver is killed
+    "first": first_and_driver_killed,
     "second": second,  # needs the first's saved pipeline
     "drivers_killed": drivers_killed_and_resumed,  # emits its two results itself
     # a relaunch waits 5 s (not 60) for the lost machine's executor to be replaced
     "worker_lost": lambda cluster: cluster.submit(
         "worker_lost", "--conf", "spark.sparktf.relaunchWait=5"),
 }
-# the results a scenario emits itself, where they are not its own name
-RESULTS = {"drivers_killed": ("driver_killed", "search_driver_killed")}
+# the results a scenario stands for, where they are not its own name alone
+RESULTS = {"first": ("first", "driver_killed"),
+           "drivers_killed": ("driver_killed", "search_driver_killed")}
 
 
 def main(workdir: str) -> None:
