@@ -22,7 +22,6 @@ statistics from Spark" (the suite runs them).
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any
 
@@ -258,11 +257,11 @@ def _number(value) -> float:
     return float(value)
 
 
-def _tokens(rows: DataFrame, column: str, spec: _Lookup):
-    """One row per token occurrence: the token and the row (document) it is in."""
-    rows = rows.select(column_of(column), F.monotonically_increasing_id().alias("document"))
-    dtype = rows.schema[column].dataType
+def _token_array(df: DataFrame, column: str, spec: _Lookup):
+    """A row's tokens of ``column`` as an array (a scalar's one value), nulls left out, and
+    TextVectorization's empty strings; and the type of a token."""
     value = column_of(column)
+    dtype = df.select(value).schema[0].dataType
     if isinstance(spec, TextVectorization):
         if not isinstance(dtype, T.StringType):
             raise InvalidInputError(f"preprocessing.TextVectorization needs a string column; "
@@ -272,26 +271,34 @@ def _tokens(rows: DataFrame, column: str, spec: _Lookup):
             value = F.translate(value, _ASCII_UPPER, _ASCII_LOWER)  # tf.strings.lower
         if standardize in ("strip_punctuation", "lower_and_strip_punctuation"):
             value = F.regexp_replace(value, KERAS_PUNCTUATION, "")
-        token = F.explode(F.split(value, r"\s+"))  # tf.strings.split: ASCII whitespace
-        return rows.select(token.alias("token"), "document").where(F.col("token") != "")
+        # tf.strings.split: ASCII whitespace
+        return F.filter(F.split(value, r"\s+"), lambda token: token != ""), "string"
     while isinstance(dtype, T.ArrayType) and isinstance(dtype.elementType, T.ArrayType):
         value, dtype = F.flatten(value), T.ArrayType(dtype.elementType.elementType)
     if isinstance(dtype, T.ArrayType):
-        value = F.explode(value)
-    return rows.select(value.alias("token"), "document").where(F.col("token").isNotNull())
+        element = dtype.elementType
+    else:
+        value, element = F.array(value), dtype
+    return F.filter(value, lambda token: token.isNotNull()), element.simpleString()
 
 
 def _vocabularies(df: DataFrame, specs: dict) -> dict:
     """Column -> ``vocabulary`` (and ``idf_weights`` for "tf_idf"), in one Spark job per
-    token type for all the columns."""
-    frames: dict = {}
+    token type for all the columns: one pass over the rows, each row giving its
+    (column, token) occurrences, its number the document they are in."""
+    by_type: dict = {}
     for column, spec in specs.items():
-        tokens = _tokens(df.where(column_of(column).isNotNull()), column, spec)
-        frames.setdefault(tokens.schema["token"].dataType.simpleString(), []).append(
-            tokens.select(F.lit(column).alias("column"), "token", "document"))
+        tokens, token_type = _token_array(df, column, spec)
+        by_type.setdefault(token_type, []).append(
+            F.struct(F.lit(column).alias("column"), tokens.alias("tokens")))
     counted: dict = {column: [] for column in specs}
-    for same_type in frames.values():
-        for row in _top_counts(same_type, specs):
+    for entries in by_type.values():
+        occurrences = (
+            df.select(F.monotonically_increasing_id().alias("document"),
+                      F.explode(F.array(*entries)).alias("entry"))
+            .select(F.col("entry.column").alias("column"),
+                    F.explode("entry.tokens").alias("token"), "document"))
+        for row in _top_counts(occurrences, specs):
             counted[row["column"]].append(row)
     tf_idf = [c for c, s in specs.items() if s.output_mode == "tf_idf"]
     documents = (df.agg(*[F.count(column_of(c)).alias(c) for c in tf_idf]).first().asDict()
@@ -300,7 +307,7 @@ def _vocabularies(df: DataFrame, specs: dict) -> dict:
             for column, spec in specs.items()}
 
 
-def _top_counts(frames: list, specs: dict) -> list:
+def _top_counts(tokens: DataFrame, specs: dict) -> list:
     """Per column and token: occurrences and documents (rows), ranked as Keras's
     ``finalize_state`` orders them (count, then token, both descending), only the ranks
     that ``max_tokens`` can keep once the mask and OOV tokens are left out.
@@ -310,7 +317,6 @@ def _top_counts(frames: list, specs: dict) -> list:
     in one task), and the driver ranks what comes back, at most ``max_tokens`` times the
     partitions a column; a column with no ``max_tokens`` comes back whole (its whole
     vocabulary is the state)."""
-    tokens = functools.reduce(DataFrame.unionByName, frames)
     counts = tokens.groupBy("column", "token").agg(
         F.count(F.lit(1)).alias("count"), F.countDistinct("document").alias("documents"))
     limits = {c: s.argument("max_tokens") - s.token_start + len(s.special)
