@@ -258,8 +258,8 @@ def _number(value) -> float:
 
 
 def _token_array(df: DataFrame, column: str, spec: _Lookup):
-    """A row's tokens of ``column`` as an array (a scalar's one value), nulls left out, and
-    TextVectorization's empty strings; and the type of a token."""
+    """A row's tokens of ``column`` as an array (a scalar's one value), nulls left out (a
+    null inner array too), and TextVectorization's empty strings; and a token's type."""
     value = column_of(column)
     dtype = df.select(value).schema[0].dataType
     if isinstance(spec, TextVectorization):
@@ -272,14 +272,17 @@ def _token_array(df: DataFrame, column: str, spec: _Lookup):
         if standardize in ("strip_punctuation", "lower_and_strip_punctuation"):
             value = F.regexp_replace(value, KERAS_PUNCTUATION, "")
         # tf.strings.split: ASCII whitespace
-        return F.filter(F.split(value, r"\s+"), lambda token: token != ""), "string"
-    while isinstance(dtype, T.ArrayType) and isinstance(dtype.elementType, T.ArrayType):
-        value, dtype = F.flatten(value), T.ArrayType(dtype.elementType.elementType)
-    if isinstance(dtype, T.ArrayType):
-        element = dtype.elementType
+        tokens = F.filter(F.split(value, r"\s+"), lambda token: token != "")
     else:
-        value, element = F.array(value), dtype
-    return F.filter(value, lambda token: token.isNotNull()), element.simpleString()
+        while isinstance(dtype, T.ArrayType) and isinstance(dtype.elementType, T.ArrayType):
+            # a null inner array holds no tokens (Spark's flatten of it would be null)
+            value = F.flatten(F.filter(value, lambda inner: inner.isNotNull()))
+            dtype = T.ArrayType(dtype.elementType.elementType)
+        if not isinstance(dtype, T.ArrayType):
+            value = F.array(value)
+        tokens = F.filter(value, lambda token: token.isNotNull())
+    # the tokens' own type (a collated string is not a plain one: Spark mixes neither)
+    return tokens, df.select(tokens).schema[0].dataType.elementType.simpleString()
 
 
 def _vocabularies(df: DataFrame, specs: dict) -> dict:

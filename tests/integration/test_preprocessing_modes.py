@@ -121,6 +121,19 @@ def test_text_vectorization_equals_keras_adapt_in_every_mode(spark):
         assert _check(spec, entry, texts, texts)
 
 
+def test_a_null_inner_array_holds_no_tokens_and_keeps_the_rows_others(spark):
+    """Found by review: Spark's flatten of an array holding a null array is null, so a row
+    [["a", "b"], null] gave no tokens at all (the vocabulary lost "b", and its idf was
+    another), where Keras adapts on the row's tokens a, b."""
+    import tensorflow as tf
+    rows = [([["a", "b"], None],), ([["a", None]],), ([["c"]],), (None,)]
+    df = spark.createDataFrame(rows, "tags array<array<string>>").repartition(2)
+    tokens = tf.ragged.constant([["a", "b"], ["a"], ["c"]], dtype=tf.string)
+    specs = [pp.StringLookup(output_mode=mode) for mode in ("int", "count", "tf_idf")]
+    for spec, entry in zip(specs, _adapt_all(df, "tags", specs)):
+        assert _check(spec, entry, tokens, tokens)
+
+
 def test_the_issue_case_keeps_max_tokens_less_the_oov_slot(spark):
     df = spark.createDataFrame([(t,) for t in TEXTS * 3], "review string")
     for mode in ("multi_hot", "count", "tf_idf"):
