@@ -6,8 +6,8 @@ A page whose examples build on another's says so in a MyST comment, ``% context:
 (the pages say it to readers too): the suite runs that page's examples first, once, and
 each page that names it starts from a copy of its namespace. A page marked ``% run:
 connect-job`` (the Spark Connect page: it starts a local Connect server and stops its
-session) runs in the client of the Connect job instead, after that job's scenarios, against
-the server the job started (tests/integration/test_connect.py checks it). The README's
+session) runs in the client of the Connect job instead, first: it starts the server the
+job's scenarios then use (tests/integration/test_connect.py checks it). The README's
 quick start is the getting-started page's, character for character.
 """
 

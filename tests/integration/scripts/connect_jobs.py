@@ -243,51 +243,65 @@ def kinds(spark, workdir):
 
 
 def show_then_stop(spark, workdir):
-    """``show(3)`` over a transform returns while the query still scores its other
-    partitions (the server's stderr must not log the executions' releases failing:
-    tests/integration/test_connect); the docs page's example after it ends the same way,
-    with ``spark.stop()`` right after its ``show(3)``."""
+    """The last scenario: ``show(3)`` over a transform returns while the query still scores
+    its other partitions; main's ``spark.stop()`` comes right after it (the server's
+    stderr must not log the executions' releases failing: tests/integration/test_connect)."""
     test = FITTED["digits_test"]  # fit_transform's, built once
     FITTED["digits"].transform(test.repartition(4)).show(3)
     emit("show_then_stop", {"shown": True})
 
 
-def docs_page(spark, workdir):
-    """The last scenario: docs/guide/connect.md's example, as a reader runs it (its blocks in
-    order, in one namespace, in a folder of its own). Its ``remote("local-cluster[...]")
-    .getOrCreate()`` is this client's session, started the same way, and its end is this
-    job's: ``transform(...).show(3)``, then ``spark.stop()`` (main's own stop after it does
-    nothing). One Connect server for the page and the scenarios, where each started one."""
+def docs_page(workdir):
+    """docs/guide/connect.md's example, as a reader runs it (its blocks in order, in one
+    namespace, in a folder of its own), first: its ``os.environ["PYSPARK_PYTHON"]`` and
+    ``remote("local-cluster[...]").getOrCreate()`` start the local Connect server that the
+    other scenarios then use, so that one server serves both. Its closing ``spark.stop()``
+    is recorded and done at the job's end (show_then_stop ends the job the same way: a
+    ``show(3)`` right before it). The session, or None if the page failed before making one."""
     import contextlib
+    from unittest import mock
+
+    from pyspark.sql.connect.session import SparkSession
 
     from tests.integration.test_docs import DOCS, examples
     folder = os.path.join(workdir, "docs-connect")
     os.makedirs(folder)
     namespace = {"__name__": "docs_connect"}
-    with contextlib.chdir(folder):
-        for line, code in examples((DOCS / "guide" / "connect.md").read_text()):
-            exec(compile(code, f"docs/guide/connect.md:{line}", "exec"), namespace)
-    emit("docs_page", {"same_session": namespace["spark"] is spark,
-                       "history": namespace["model"].getHistory()})
+    stopped = []
+    try:
+        with contextlib.chdir(folder), mock.patch.object(
+                SparkSession, "stop", lambda session: stopped.append(session)):
+            for line, code in examples((DOCS / "guide" / "connect.md").read_text()):
+                exec(compile(code, f"docs/guide/connect.md:{line}", "exec"), namespace)
+        spark = namespace["spark"]
+        emit("docs_page", {"stopped_its_session": stopped == [spark],
+                           "history": namespace["model"].getHistory()})
+    except Exception:  # noqa: BLE001 - the page's failure is its result
+        emit("docs_page", {"failed": traceback.format_exc()[-3000:]})
+    return namespace.get("spark")
 
 
 SCENARIOS = {"fit_transform": fit_transform, "kinds": kinds, "run_with_df": run_with_df,
              "bad_input": bad_input, "pipeline_persistence": pipeline_persistence,
              "cross_validator": cross_validator, "streaming": streaming,
              "train_validation_split": train_validation_split, "halving_search": halving_search,
-             "show_then_stop": show_then_stop, "docs_page": docs_page}
+             "show_then_stop": show_then_stop}
 
 
 def main(argv):
+    """``docs_page``, if named, must come first: the page starts the session."""
     workdir, names = argv[0], argv[1:]
-    os.environ["PYSPARK_PYTHON"] = sys.executable  # the server's executors run this Python
-    from pyspark.sql import SparkSession
-
-    spark = (SparkSession.builder.remote("local-cluster[2,1,1024]")
-             .config("spark.sql.shuffle.partitions", "4").getOrCreate())
+    spark = docs_page(workdir) if names[:1] == ["docs_page"] else None
+    if spark is None:
+        os.environ["PYSPARK_PYTHON"] = sys.executable  # the server's executors: this Python
+        from pyspark.sql import SparkSession
+        spark = SparkSession.builder.remote("local-cluster[2,1,1024]").getOrCreate()
+    spark.conf.set("spark.sql.shuffle.partitions", "4")
     try:
         emit("session", {"type": type(spark).__module__})
         for name in names:
+            if name == "docs_page":
+                continue
             try:
                 SCENARIOS[name](spark, workdir)
             except Exception:  # noqa: BLE001 - one scenario's failure is its result
