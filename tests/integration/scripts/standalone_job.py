@@ -145,17 +145,26 @@ class Cluster:
         by name."""
         return self._run(scenario, self._submit_command(scenario, *conf), timeout)
 
-    def submit_and_kill(self, scenario: str, when: str, *conf: str) -> tuple[re.Match, dict]:
+    def submit_and_kill(self, scenario: str, when: str, *conf: str, timeout: float = 420,
+                        printed: dict | None = None) -> re.Match:
         """Submits ``scenario`` and kills its driver (spark-submit's JVM and the Python
         driver under it: the whole process group) with SIGKILL when its output matches
-        ``when``; the matching line, and the RESULT lines printed before it by name."""
+        ``when``; the matching line. ``printed`` receives the RESULT lines it printed, by
+        name, whether or not the line came (an AssertionError with the end of its output and
+        of its stderr when it did not)."""
         app = Daemon(f"app-{scenario}", self._submit_command(scenario, *conf), self.env,
                      self.workdir, stderr_apart=True)
         try:
-            found = app.wait_for(when, timeout=420)
+            found = app.wait_for(when, timeout=timeout)
+        except AssertionError as e:
+            with open(f"{app.log_path}.stderr") as f:
+                raise AssertionError(f"{e}\nits stderr ends:\n{f.read()[-4000:]}") from None
         finally:
-            os.killpg(app.proc.pid, signal.SIGKILL)
-        return found, conftest.Finished(0, app.output(), "").results()
+            with contextlib.suppress(ProcessLookupError):  # it may have ended by itself
+                os.killpg(app.proc.pid, signal.SIGKILL)
+            if printed is not None:
+                printed.update(conftest.Finished(0, app.output(), "").results())
+        return found
 
     def client(self, scenario: str, *args: str, timeout: float = 420) -> dict:
         return self._run(scenario, [sys.executable, APP, scenario, self.workdir, *args],
@@ -210,11 +219,16 @@ def first_and_driver_killed(cluster: Cluster) -> dict:
     once, then a 4-epoch run (runId) whose driver is killed with SIGKILL after epoch 2
     (one application for both: each start costs the executors' TensorFlow import).
     ``first``'s results are those it printed before the kill."""
-    killed, found = cluster.submit_and_kill("first_then_driver_killed", r"^KILL-ME (.*)",
-                                            *TWO_SLOTS)
-    KILLED["line"] = killed
+    found: dict = {}
+    try:  # first's part and the run's up to the kill: up to 420 s each
+        KILLED["line"] = cluster.submit_and_kill("first_then_driver_killed", r"^KILL-ME (.*)",
+                                                 *TWO_SLOTS, timeout=840, printed=found)
+    except AssertionError as e:  # the run was not killed mid-run: its failure alone
+        KILLED["failure"] = str(e)
     if "first_failed" in found:
         return {"error": found["first_failed"]}
+    if not {"pipeline_save", "concurrent"} <= found.keys():
+        return {"error": KILLED.get("failure", "the first application printed no results")}
     return {name: found[name] for name in ("pipeline_save", "concurrent")}
 
 
@@ -223,9 +237,11 @@ def drivers_killed_and_resumed(cluster: Cluster) -> None:
     search (runId) and is killed with SIGKILL while a promoted trial trains; the search's
     application submitted again: results ``driver_killed`` and ``search_driver_killed``."""
     if "line" not in KILLED:
-        raise RuntimeError("the first application was not killed mid-run: see 'first'")
-    search_killed, resumed = cluster.submit_and_kill(
-        "driver_resumed_search_killed", r"^KILL-ME (.*)", *TWO_SLOTS)
+        raise RuntimeError("the first application was not killed mid-run:\n"
+                           + KILLED.get("failure", "see 'first'"))
+    resumed: dict = {}
+    search_killed = cluster.submit_and_kill("driver_resumed_search_killed", r"^KILL-ME (.*)",
+                                            *TWO_SLOTS, printed=resumed)
     emit("driver_killed", {"killed_lines": json.loads(KILLED["line"].group(1)), **resumed})
     try:  # from here on, a failure is the search's alone
         emit("search_driver_killed", {"killed_when": json.loads(search_killed.group(1)),
@@ -244,9 +260,8 @@ SCENARIOS = {
     "worker_lost": lambda cluster: cluster.submit(
         "worker_lost", "--conf", "spark.sparktf.relaunchWait=5"),
 }
-# the results a scenario stands for, where they are not its own name alone
-RESULTS = {"first": ("first", "driver_killed"),
-           "drivers_killed": ("driver_killed", "search_driver_killed")}
+# the results a scenario emits itself, where they are not its own name
+RESULTS = {"drivers_killed": ("driver_killed", "search_driver_killed")}
 
 
 def main(workdir: str) -> None:
