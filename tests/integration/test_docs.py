@@ -46,7 +46,7 @@ def _page(page: str) -> str:
     return (DOCS / page).read_text()
 
 
-def _run(page: str, namespace: dict) -> dict:
+def run_page(page: str, namespace: dict) -> dict:
     for line, code in examples(_page(page)):
         print(f"--- {page}:{line}")
         exec(compile(code, f"docs/{page}:{line}", "exec"), namespace)
@@ -84,7 +84,7 @@ def contexts(spark, folder):
     def of(name: str) -> dict:
         if name not in done:
             with _working_in(folder, spark):
-                done[name] = _run(f"{name}.md", {"__name__": f"docs_{name}"})
+                done[name] = run_page(f"{name}.md", {"__name__": f"docs_{name}"})
         return done[name]
 
     return of
@@ -147,6 +147,6 @@ def test_the_examples_of_each_page_run(page, spark, contexts, folder):
         context = directive(text, "context")
         namespace = dict(contexts(context)) if context else {"__name__": "docs_page"}
         with _working_in(folder, spark):
-            _run(page, namespace)
+            run_page(page, namespace)
     assert not os.path.exists(ROOT / "models"), "an example wrote outside its folder"
     assert namespace, page

@@ -263,7 +263,7 @@ def docs_page(workdir):
 
     from pyspark.sql.connect.session import SparkSession
 
-    from tests.integration.test_docs import DOCS, examples
+    from tests.integration import test_docs
     folder = os.path.join(workdir, "docs-connect")
     os.makedirs(folder)
     namespace = {"__name__": "docs_connect"}
@@ -271,8 +271,7 @@ def docs_page(workdir):
     try:
         with contextlib.chdir(folder), mock.patch.object(
                 SparkSession, "stop", lambda session: stopped.append(session)):
-            for line, code in examples((DOCS / "guide" / "connect.md").read_text()):
-                exec(compile(code, f"docs/guide/connect.md:{line}", "exec"), namespace)
+            test_docs.run_page("guide/connect.md", namespace)
         spark = namespace["spark"]
         emit("docs_page", {"stopped_its_session": stopped == [spark],
                            "history": namespace["model"].getHistory()})
@@ -291,7 +290,8 @@ SCENARIOS = {"fit_transform": fit_transform, "kinds": kinds, "run_with_df": run_
 def main(argv):
     """``docs_page``, if named, must come first: the page starts the session."""
     workdir, names = argv[0], argv[1:]
-    spark = docs_page(workdir) if names[:1] == ["docs_page"] else None
+    page_first = names[:1] == ["docs_page"]
+    spark = docs_page(workdir) if page_first else None
     if spark is None:
         os.environ["PYSPARK_PYTHON"] = sys.executable  # the server's executors: this Python
         from pyspark.sql import SparkSession
@@ -299,9 +299,7 @@ def main(argv):
     spark.conf.set("spark.sql.shuffle.partitions", "4")
     try:
         emit("session", {"type": type(spark).__module__})
-        for name in names:
-            if name == "docs_page":
-                continue
+        for name in names[page_first:]:
             try:
                 SCENARIOS[name](spark, workdir)
             except Exception:  # noqa: BLE001 - one scenario's failure is its result
