@@ -1,6 +1,10 @@
 """CPU by process kind while something runs (e.g. the test suite): samples ``/proc`` every
 second, keeps each process's last reading, and rewrites the totals by kind to a JSON
-file after every sample, until it is stopped.
+file after every sample, until it is stopped. The same totals by job too: a process of
+one of the suite's jobs (tests/conftest.py: Job) carries the job's name in
+``SPARKTF_TEST_JOB``, and every process it starts inherits it (Spark's executors, their
+Python workers, spares and tasks); the others are "in-process tests" when they carry
+the suite's ``SPARKTF_TEST_RUN``, "other" if not.
 
     python bench/suite_cpu.py OUT.json & make test; kill %1
 
@@ -50,6 +54,27 @@ def kind(pid: str, name: str) -> str | None:
     return "other:" + name
 
 
+def job(pid: str, found: str) -> str:
+    """The suite's job the process of kind ``found`` belongs to (``SPARKTF_TEST_JOB``),
+    from its environment. The suite's own pytest sets ``SPARKTF_TEST_RUN`` after it
+    started, which its ``/proc`` environment does not show."""
+    try:
+        environ = _read(f"/proc/{pid}/environ").split(" ")
+    except OSError:
+        return "other"
+    for entry in environ:
+        if entry.startswith("SPARKTF_TEST_JOB="):
+            return entry.split("=", 1)[1]
+    if found == "pytest" or any(e.startswith("SPARKTF_TEST_RUN=") for e in environ):
+        return "in-process tests"
+    return "other"
+
+
+def _rows(totals: dict) -> list:
+    return sorted(([k, round(cpu, 1), n] for k, (cpu, n) in totals.items()),
+                  key=lambda row: -row[1])
+
+
 def main(out: str) -> None:
     seen: dict[tuple, list] = {}  # (pid, start time) -> [kind, CPU seconds]
     started = time.time()
@@ -66,18 +91,19 @@ def main(out: str) -> None:
                 found = kind(pid, name)
                 if found is None:
                     continue
-                seen[key] = [found, cpu]
+                seen[key] = [found, cpu, job(pid, found)]
             seen[key][1] = max(seen[key][1], cpu)
             if name == "sparktf-task":  # forked from a spare, named after the fork
                 seen[key][0] = "task"
         totals = collections.defaultdict(lambda: [0.0, 0])
-        for found, cpu in seen.values():
-            totals[found][0] += cpu
-            totals[found][1] += 1
-        rows = sorted(([k, round(cpu, 1), n] for k, (cpu, n) in totals.items()),
-                      key=lambda row: -row[1])
+        by_job = collections.defaultdict(lambda: [0.0, 0])
+        for found, cpu, in_job in seen.values():
+            for table, name in ((totals, found), (by_job, in_job)):
+                table[name][0] += cpu
+                table[name][1] += 1
         with open(out, "w") as f:
-            json.dump({"elapsed_s": round(time.time() - started), "kind_cpu_s_count": rows},
+            json.dump({"elapsed_s": round(time.time() - started),
+                       "kind_cpu_s_count": _rows(totals), "job_cpu_s_count": _rows(by_job)},
                       f, indent=0)
         time.sleep(1)
 

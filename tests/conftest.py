@@ -76,6 +76,7 @@ SPARK_SUBMIT_SETTINGS = _spark_settings()
 # behind look only at processes carrying their own run's tag, not at those of a job running
 # beside them (or of another Spark application on the machine).
 RUN_TAG = "SPARKTF_TEST_RUN"
+JOB_NAME = "SPARKTF_TEST_JOB"  # in a Job's processes: the name of the Job
 os.environ.setdefault(RUN_TAG, uuid.uuid4().hex)
 
 
@@ -302,7 +303,8 @@ class Job:
                 arg = self._workdirs[-1]
             args.append(arg)
         env = {k: v for k, v in os.environ.items() if k != "PYSPARK_PYTHON"}
-        env.update(PYTHONPATH=ROOT, **{RUN_TAG: self._tag})  # its own processes
+        # its own processes, and their job's name for bench/suite_cpu.py's CPU by job
+        env.update(PYTHONPATH=ROOT, **{RUN_TAG: self._tag, JOB_NAME: self.name})
         if isinstance(self.script, list):
             command = [*self.script, *args]
         else:
