@@ -59,7 +59,8 @@ def job(pid: str, found: str) -> str:
     from its environment. The suite's own pytest sets ``SPARKTF_TEST_RUN`` after it
     started, which its ``/proc`` environment does not show."""
     try:
-        environ = _read(f"/proc/{pid}/environ").split(" ")
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            environ = f.read().decode(errors="replace").split("\0")
     except OSError:
         return "other"
     for entry in environ:

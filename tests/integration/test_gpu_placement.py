@@ -4,25 +4,22 @@ import pytest
 
 from tests import conftest
 
-GPU_SCRIPT = "tests/integration/scripts/fake_gpu_job.py"
-JOBS = {
-    "one each": conftest.Job("gpu-one", GPU_SCRIPT, conftest.Job.WORKDIR, "1", expected_s=33),
-    # half a GPU per task, on executors whose environment already names their GPUs 7,8,9
-    "half, inherited": conftest.Job("gpu-half-inherited", GPU_SCRIPT, conftest.Job.WORKDIR,
-                                    "0.5", "7,8,9", expected_s=30),
-    "pairs": conftest.Job("gpu-pairs", "tests/integration/scripts/fake_gpu_pair_job.py",
-                          conftest.Job.WORKDIR, expected_s=42),
-}
+# one driver process runs every scenario in turn (its docstring): one each, half a GPU
+# per task on executors whose environment already names their GPUs 7,8,9, and pairs
+JOB = conftest.Job("gpu", "tests/integration/scripts/fake_gpu_job.py", conftest.Job.WORKDIR,
+                   expected_s=80)
 
 pytestmark = pytest.mark.timeout(600)
 
 
-def _found(job):
-    return JOBS[job].finished().results()["gpu"]
+def _found(scenario: str) -> dict:
+    found = JOB.finished().results()[scenario]
+    assert "error" not in found, f"the scenario {scenario} failed:\n{found['error']}"
+    return found
 
 
 def test_each_task_sees_exactly_the_gpu_spark_assigned():
-    result = _found("one each")
+    result = _found("one_each")
     for task in result["training"]:
         assert len(task["assigned"]) == 1
         assert task["cuda"] == task["assigned"][0]  # exported before TensorFlow started
@@ -35,7 +32,7 @@ def test_each_task_sees_exactly_the_gpu_spark_assigned():
 
 
 def test_addresses_index_into_the_executors_own_cuda_visible_devices():
-    result = _found("half, inherited")
+    result = _found("half_inherited")
     for task in result["training"] + result["training_again"]:
         assert task["cuda"] == ",".join("789"[int(a)] for a in task["assigned"])
     for task in result["inference"]:  # TensorFlow sees 7,8,9 as its GPUs 0,1,2
@@ -44,7 +41,7 @@ def test_addresses_index_into_the_executors_own_cuda_visible_devices():
 
 
 def test_fractional_amounts_share_the_assigned_gpu():
-    result = _found("half, inherited")
+    result = _found("half_inherited")
     for task in result["training"] + result["training_again"]:
         assert len(task["assigned"]) == 1  # half of one GPU: that GPU, as for a whole one
         assert task["cuda"] == "789"[int(task["assigned"][0])]
