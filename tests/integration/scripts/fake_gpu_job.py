@@ -121,8 +121,8 @@ def placement(workdir: str, amount: str, inherited: str | None = None) -> dict:
     if inherited:
         builder = builder.config("spark.executorEnv.CUDA_VISIBLE_DEVICES", inherited)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
     try:
+        spark.sparkContext.setLogLevel("ERROR")
         training = sparktf.run(spark, training_main, numWorkers=2, useGpu=True)
         inference = [r.asDict() for r in spark.range(0, 2, 1, 2).mapInPandas(
             inference_probe, "assigned string, device string, before string, after string"
@@ -171,8 +171,9 @@ def pairs(workdir: str) -> dict:
     return {"refusal": refusal, "training": training, "scoring": scoring}
 
 
-# in this order: the refusal needs a session that never had spark.worker.resource.gpu.*,
-# and the executors' own CUDA_VISIBLE_DEVICES goes last
+# A process's first getOrCreate() starts Spark's JVM with that session's settings as
+# system properties, and every later SparkConf reads them back (pyspark's launch_gateway):
+# main starts the JVM with none, so that a scenario sees only the settings it asks for.
 SCENARIOS = {
     "pairs": pairs,
     "one_each": lambda workdir: placement(workdir, "1"),
@@ -182,6 +183,8 @@ SCENARIOS = {
 
 def main() -> int:
     workdir = sys.argv[1]
+    from pyspark import SparkContext
+    SparkContext._ensure_initialized()  # the JVM, with no session's settings
     for name, scenario in SCENARIOS.items():
         try:
             found = scenario(workdir)
