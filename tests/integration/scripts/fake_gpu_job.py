@@ -84,21 +84,32 @@ def _discovery(workdir: str, addresses: list[str]) -> str:
     return script
 
 
-def _session(master, script, cores, worker_gpus=True):
+def _session(master: str, script: str, *, worker_gpus: str | None, executor_gpus: str,
+             task_gpus: str, cores: int | None = None, executor_env: dict | None = None):
+    """A session whose executors have ``executor_gpus`` fake GPUs each (``script``
+    discovers them), ``task_gpus`` a task; the workers offer ``worker_gpus`` (None: no
+    ``spark.worker.resource.gpu.*`` at all); ``executor_env``: the executors' environment."""
     os.environ["PYSPARK_PYTHON"] = sys.executable  # the probes' own UDFs run this Python
     from pyspark.sql import SparkSession
     builder = (SparkSession.builder.master(master)
                .config("spark.ui.enabled", "false")
-               .config("spark.executor.cores", str(cores))
                .config("spark.python.worker.reuse", "true"))
-    if worker_gpus:
-        builder = (builder.config("spark.worker.resource.gpu.amount", "2")
+    if cores is not None:
+        builder = builder.config("spark.executor.cores", str(cores))
+    if worker_gpus is not None:
+        builder = (builder.config("spark.worker.resource.gpu.amount", worker_gpus)
                    .config("spark.worker.resource.gpu.discoveryScript", script))
-    spark = (builder.config("spark.executor.resource.gpu.amount", "2")
-             .config("spark.executor.resource.gpu.discoveryScript", script)
-             .config("spark.task.resource.gpu.amount", "1")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
+    builder = (builder.config("spark.executor.resource.gpu.amount", executor_gpus)
+               .config("spark.executor.resource.gpu.discoveryScript", script)
+               .config("spark.task.resource.gpu.amount", task_gpus))
+    for name, value in (executor_env or {}).items():
+        builder = builder.config(f"spark.executorEnv.{name}", value)
+    spark = builder.getOrCreate()
+    try:
+        spark.sparkContext.setLogLevel("ERROR")
+    except BaseException:
+        spark.stop()
+        raise
     return spark
 
 
@@ -106,23 +117,12 @@ def placement(workdir: str, amount: str, inherited: str | None = None) -> dict:
     """Executors with three fake GPUs each (addresses 0, 1, 2), ``amount`` of a GPU per
     task; ``inherited``: the executors' own CUDA_VISIBLE_DEVICES."""
     script = _discovery(workdir, ["0", "1", "2"])
-    os.environ["PYSPARK_PYTHON"] = sys.executable  # the probes' own UDFs run this Python
-    from pyspark.sql import SparkSession
-
     import sparktf
 
-    builder = (SparkSession.builder.master("local-cluster[2,1,1024]")
-               .config("spark.ui.enabled", "false")
-               .config("spark.worker.resource.gpu.amount", "3")
-               .config("spark.worker.resource.gpu.discoveryScript", script)
-               .config("spark.executor.resource.gpu.amount", "1")
-               .config("spark.executor.resource.gpu.discoveryScript", script)
-               .config("spark.task.resource.gpu.amount", amount))
-    if inherited:
-        builder = builder.config("spark.executorEnv.CUDA_VISIBLE_DEVICES", inherited)
-    spark = builder.getOrCreate()
+    spark = _session("local-cluster[2,1,1024]", script, worker_gpus="3", executor_gpus="1",
+                     task_gpus=amount,
+                     executor_env={"CUDA_VISIBLE_DEVICES": inherited} if inherited else None)
     try:
-        spark.sparkContext.setLogLevel("ERROR")
         training = sparktf.run(spark, training_main, numWorkers=2, useGpu=True)
         inference = [r.asDict() for r in spark.range(0, 2, 1, 2).mapInPandas(
             inference_probe, "assigned string, device string, before string, after string"
@@ -143,7 +143,8 @@ def pairs(workdir: str) -> dict:
     import sparktf
 
     # without GPUs on the workers Spark can start no executor: refused at once, saying so
-    spark = _session("local-cluster[2,1,1024]", script, 1, worker_gpus=False)
+    spark = _session("local-cluster[2,1,1024]", script, worker_gpus=None, executor_gpus="2",
+                     task_gpus="1", cores=1)
     started = time.monotonic()
     try:
         sparktf.run(spark, training_main, numWorkers=2, useGpu="auto")
@@ -153,13 +154,15 @@ def pairs(workdir: str) -> dict:
     finally:
         spark.stop()
 
-    spark = _session("local-cluster[2,1,1024]", script, 1)
+    spark = _session("local-cluster[2,1,1024]", script, worker_gpus="2", executor_gpus="2",
+                     task_gpus="1", cores=1)
     try:
         training = sparktf.run(spark, training_main, numWorkers=2, useGpu="auto")
     finally:
         spark.stop()
 
-    spark = _session("local-cluster[1,2,1024]", script, 2)
+    spark = _session("local-cluster[1,2,1024]", script, worker_gpus="2", executor_gpus="2",
+                     task_gpus="1", cores=2)
     scoring = []
     try:
         for _ in range(10):
@@ -171,9 +174,6 @@ def pairs(workdir: str) -> dict:
     return {"refusal": refusal, "training": training, "scoring": scoring}
 
 
-# A process's first getOrCreate() starts Spark's JVM with that session's settings as
-# system properties, and every later SparkConf reads them back (pyspark's launch_gateway):
-# main starts the JVM with none, so that a scenario sees only the settings it asks for.
 SCENARIOS = {
     "pairs": pairs,
     "one_each": lambda workdir: placement(workdir, "1"),
@@ -183,8 +183,11 @@ SCENARIOS = {
 
 def main() -> int:
     workdir = sys.argv[1]
+    # A process's first getOrCreate() starts Spark's JVM with that session's settings as
+    # system properties, and every later SparkConf reads them back (pyspark's
+    # launch_gateway): the JVM starts with none, so a scenario sees only what it asks for.
     from pyspark import SparkContext
-    SparkContext._ensure_initialized()  # the JVM, with no session's settings
+    SparkContext._ensure_initialized()
     for name, scenario in SCENARIOS.items():
         try:
             found = scenario(workdir)
