@@ -1,5 +1,6 @@
 """Shared test helpers, and the jobs that run beside the in-process tests (``Job``)."""
 
+import contextlib
 import hashlib
 import json
 import os
@@ -97,6 +98,27 @@ def local_cluster(executors: int, app_name: str):
                .getOrCreate())
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+@contextlib.contextmanager
+def mlflow_experiment(tmp_path, name: str):
+    """An MLflow SQLite store under ``tmp_path`` with a new experiment ``name`` active (its
+    artifacts there too); yields the experiment's id. On exit neither stays active:
+    ``mlflow.set_experiment`` keeps the id in a global and in ``MLFLOW_EXPERIMENT_ID``, and a
+    later test's new store has no experiment of that id ("No Experiment with id=1 exists")."""
+    import mlflow
+    from mlflow.tracking import fluent
+
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+    try:
+        experiment = mlflow.create_experiment(
+            name, artifact_location=(tmp_path / "artifacts").as_uri())
+        mlflow.set_experiment(experiment_id=experiment)
+        yield experiment
+    finally:
+        fluent._active_experiment_id = None  # what set_experiment set, with the variable
+        os.environ.pop("MLFLOW_EXPERIMENT_ID", None)
+        mlflow.set_tracking_uri(None)
 
 
 CHILD_MARKER = "sparktf.runtime.process.child"

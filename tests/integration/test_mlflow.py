@@ -12,6 +12,7 @@ from pyspark.ml.linalg import SparseVector, VectorUDT
 from pyspark.ml.util import DefaultParamsReader
 
 from sparktf.ml import TFEstimator, TFModel
+from tests import conftest
 from tests.integration import data, model_kinds, models
 
 mlflow = pytest.importorskip("mlflow", reason="pip install 'sparktf[mlflow]'")
@@ -20,14 +21,10 @@ pytestmark = pytest.mark.timeout(900)
 
 @pytest.fixture
 def store(tmp_path):
-    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
     # Artifacts (models) under tmp_path too: a SQLite store's default is ./mlruns.
-    experiment_id = mlflow.create_experiment(
-        "sparktf-tests", artifact_location=(tmp_path / "artifacts").as_uri())
-    experiment = mlflow.set_experiment(experiment_id=experiment_id)
-    yield mlflow.tracking.MlflowClient(), experiment.experiment_id
-    mlflow.pyspark.ml.autolog(disable=True)
-    mlflow.set_tracking_uri(None)
+    with conftest.mlflow_experiment(tmp_path, "sparktf-tests") as experiment_id:
+        yield mlflow.tracking.MlflowClient(), experiment_id
+        mlflow.pyspark.ml.autolog(disable=True)
 
 
 @pytest.fixture(scope="module")

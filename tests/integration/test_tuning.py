@@ -16,6 +16,7 @@ import sparktf
 from sparktf.ml import TFEstimator
 from sparktf.ml.tuning import HalvingSearch, HalvingSearchModel, choice, logUniform
 from sparktf.ml.tuning import journal as search_journal
+from tests import conftest
 from tests.integration import data, models
 
 pytestmark = pytest.mark.timeout(900)
@@ -320,10 +321,7 @@ def test_a_pipeline_sampled_trials_mlflow_child_runs_and_persistence(spark, tmp_
                            paramDistributions={est.learningRate: logUniform(1e-3, 0.3),
                                                "units": choice([4, 8]),
                                                scaler.withMean: [True, False]})
-    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
-    try:
-        mlflow.set_experiment(experiment_id=mlflow.create_experiment(
-            "sparktf-search", artifact_location=(tmp_path / "artifacts").as_uri()))
+    with conftest.mlflow_experiment(tmp_path, "sparktf-search"):
         with mlflow.start_run() as parent:
             found = search.fit(frame)
         _check_runs(mlflow.MlflowClient(), parent, found)
@@ -333,8 +331,6 @@ def test_a_pipeline_sampled_trials_mlflow_child_runs_and_persistence(spark, tmp_
         np.testing.assert_allclose(
             served.predict(scaled)["prediction"].tolist(),
             [r.prediction for r in found.bestModel.transform(frame).collect()], rtol=1e-6)
-    finally:
-        mlflow.set_tracking_uri(None)
     assert isinstance(found.bestModel, PipelineModel)
     assert isinstance(found.bestModel.stages[-1], sparktf.ml.TFModel)
 
@@ -395,25 +391,21 @@ def test_autolog_makes_the_parent_run_and_trial_fits_open_no_runs_of_their_own(
     grid = ParamGridBuilder().addGrid(est.learningRate, [0.3, 0.1, 0.01, 0.001]).build()
     search = HalvingSearch(estimator=est, estimatorParamMaps=grid, metric="val_loss",
                            minEpochs=1, maxEpochs=2, reductionFactor=2, parallelism=2)
-    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
     autolog(log_models=False, silent=True)
     try:
-        experiment = mlflow.create_experiment(
-            "sparktf-autolog", artifact_location=(tmp_path / "artifacts").as_uri())
-        mlflow.set_experiment(experiment_id=experiment)
-        found = search.fit(linear_frame)
-        client = mlflow.MlflowClient()
-        runs = client.search_runs([experiment])
-        top = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
-        assert len(top) == 1, [(r.info.run_id, r.data.tags) for r in runs]
-        [parent] = top
-        assert mlflow.active_run() is None  # autolog's run ended with the fit
-        assert parent.info.status == "FINISHED"
-        _check_runs(client, parent, found)
-        assert len(runs) == 1 + len(found.trialRecords)
+        with conftest.mlflow_experiment(tmp_path, "sparktf-autolog") as experiment:
+            found = search.fit(linear_frame)
+            client = mlflow.MlflowClient()
+            runs = client.search_runs([experiment])
+            top = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+            assert len(top) == 1, [(r.info.run_id, r.data.tags) for r in runs]
+            [parent] = top
+            assert mlflow.active_run() is None  # autolog's run ended with the fit
+            assert parent.info.status == "FINISHED"
+            _check_runs(client, parent, found)
+            assert len(runs) == 1 + len(found.trialRecords)
     finally:
         autolog(disable=True)
-        mlflow.set_tracking_uri(None)
 
 
 class Lost(BaseException):
