@@ -107,7 +107,6 @@ def mlflow_experiment(tmp_path, name: str):
     ``mlflow.set_experiment`` keeps the id in a global and in ``MLFLOW_EXPERIMENT_ID``, and a
     later test's new store has no experiment of that id ("No Experiment with id=1 exists")."""
     import mlflow
-    from mlflow.tracking import fluent
 
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
     try:
@@ -116,9 +115,19 @@ def mlflow_experiment(tmp_path, name: str):
         mlflow.set_experiment(experiment_id=experiment)
         yield experiment
     finally:
-        fluent._active_experiment_id = None  # what set_experiment set, with the variable
-        os.environ.pop("MLFLOW_EXPERIMENT_ID", None)
-        mlflow.set_tracking_uri(None)
+        reset_mlflow()
+
+
+def reset_mlflow() -> None:
+    """No tracking store and no experiment set in this process any more (as at its start):
+    what a test or a page's example set must not reach the next test, nor a job started
+    after it (which inherits ``MLFLOW_EXPERIMENT_ID``)."""
+    import mlflow
+    from mlflow.tracking import fluent
+
+    fluent._active_experiment_id = None  # what set_experiment set, with the variable
+    os.environ.pop("MLFLOW_EXPERIMENT_ID", None)
+    mlflow.set_tracking_uri(None)
 
 
 CHILD_MARKER = "sparktf.runtime.process.child"

@@ -15,8 +15,11 @@ import contextlib
 import os
 import pathlib
 import re
+import sys
 
 import pytest
+
+from tests import conftest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -147,6 +150,10 @@ def test_the_examples_of_each_page_run(page, spark, contexts, folder):
         context = directive(text, "context")
         namespace = dict(contexts(context)) if context else {"__name__": "docs_page"}
         with _working_in(folder, spark):
-            run_page(page, namespace)
+            try:
+                run_page(page, namespace)
+            finally:  # the MLflow page's store (relative to the folder) is not the next test's
+                if "mlflow" in sys.modules:
+                    conftest.reset_mlflow()
     assert not os.path.exists(ROOT / "models"), "an example wrote outside its folder"
     assert namespace, page
