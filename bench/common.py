@@ -13,6 +13,16 @@ import time
 N_FEATURES = 28
 
 
+def machine_busy() -> tuple[float, float]:
+    """(busy, all) CPU seconds of the whole machine so far (``/proc/stat``): counts every
+    process, those that have exited and not been reaped (a task process) included."""
+    with open("/proc/stat") as f:
+        ticks = [int(v) for v in f.readline().split()[1:]]
+    idle = ticks[3] + ticks[4]  # idle, iowait
+    tick = os.sysconf("SC_CLK_TCK")
+    return (sum(ticks) - idle) / tick, sum(ticks) / tick
+
+
 def scratch(prefix: str) -> str:
     """A new folder in the temp dir for the bench's data and models, removed when the
     bench ends (a bench's fits write hundreds of MB)."""

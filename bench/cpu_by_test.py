@@ -17,23 +17,18 @@ import sys
 import time
 
 import pytest
+from common import machine_busy  # bench/ is on the path (PYTHONPATH=bench)
 
 OUT = os.environ.get("CPU_BY_TEST", "cpu_by_test.jsonl")
 
 
-def _busy_s() -> float:
-    with open("/proc/stat") as f:
-        ticks = [int(x) for x in f.readline().split()[1:]]
-    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # less idle, iowait
-
-
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    busy, started = _busy_s(), time.monotonic()
+    busy, started = machine_busy()[0], time.monotonic()
     yield
     with open(OUT, "a") as f:
         f.write(json.dumps({"id": item.nodeid, "wall": time.monotonic() - started,
-                            "cpu": _busy_s() - busy}) + "\n")
+                            "cpu": machine_busy()[0] - busy}) + "\n")
 
 
 def report(path: str, top: int = 30) -> None:

@@ -51,19 +51,10 @@ def cpu_seconds() -> dict[str, float]:
     return found
 
 
-def machine_busy() -> tuple[float, float]:
-    """(busy, all) CPU seconds of the whole machine so far (``/proc/stat``): counts every
-    process, those that have exited and not been reaped (a task process) included."""
-    with open("/proc/stat") as f:
-        ticks = [int(v) for v in f.readline().split()[1:]]
-    idle = ticks[3] + ticks[4]  # idle, iowait
-    return (sum(ticks) - idle) / TICK, sum(ticks) / TICK
-
-
 def measured(name: str, job) -> None:
-    before, started, busy_before = cpu_seconds(), time.perf_counter(), machine_busy()
+    before, started, busy_before = cpu_seconds(), time.perf_counter(), common.machine_busy()
     job()
-    wall, after, busy_after = time.perf_counter() - started, cpu_seconds(), machine_busy()
+    wall, after, busy_after = time.perf_counter() - started, cpu_seconds(), common.machine_busy()
     jvm, python = after["jvm"] - before["jvm"], after["python"] - before["python"]
     busy = busy_after[0] - busy_before[0]
     print(f"  {name:30}{wall:8.2f}{jvm:12.2f}{python:12.2f}{(jvm + python) / wall:8.1f}"
