@@ -43,6 +43,7 @@ def _assert_equal_histories(ours: dict, keras: dict):
 def test_regression_from_vectors_equals_keras_on_the_same_global_batches(spark, tmp_path,
                                                                            caplog):
     caplog.set_level(logging.INFO, logger="sparktf")
+    caplog.set_level(logging.DEBUG, logger="sparktf.phases")
     X, y = data.linear_rows(400)
     parts = [150, 250]
     df = _consecutive(spark, data.rows(X, y), parts, "x array<double>, label double")
@@ -63,6 +64,11 @@ def test_regression_from_vectors_equals_keras_on_the_same_global_batches(spark, 
     for ours, theirs in zip(exported, keras_model.get_weights(), strict=True):
         np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-6)
     assert _epoch_rows(caplog) == [400] * 3  # every row, every epoch
+    # the chief alone exports (its export reads no variable through the strategy), and
+    # the other worker, done, waits for it at the end
+    phases = [r.phase[:2] for r in caplog.records if hasattr(r, "phase")]
+    assert {(0, "trained"), (1, "trained"), (0, "exported")} <= set(phases), phases
+    assert (1, "exported") not in phases, phases
 
 
 def test_digits_fit_and_scores_equal_keras_on_the_same_global_batches(spark):
