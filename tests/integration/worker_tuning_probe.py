@@ -17,7 +17,8 @@ def changes_here() -> dict:
             "lazy_zip": "make_lazy" in getattr(zipimport.zipimporter.invalidate_caches,
                                                "__qualname__", ""),
             "keras_wrappers_deferred": wrappers is not None and
-            type(wrappers).__module__.endswith("deferred_imports")}
+            type(wrappers).__module__.endswith("deferred_imports"),
+            "keras": "keras" in sys.modules}
 
 
 def in_task_process(args, ctx):

@@ -141,3 +141,46 @@ def test_a_deferred_module_runs_once_across_threads_and_again_after_a_failure(tm
     assert "broken (deferred" in found["broken"] and found["broken"].endswith("AttributeError")
     assert found["set"] == [10, 2]
     assert found["reloaded"] == [True, 1, False, "module"]  # run by reload, then plain
+
+
+def test_tensorflow_without_keras_scores_a_keras_export_and_keras_imports_after(tmp_path):
+    """A scoring worker's ``import tensorflow`` (``without_keras``): Keras is not imported,
+    a Keras 3 export scores as in this process, ``tensorflow.__path__`` is what a plain
+    import makes, and ``from tensorflow.keras import layers`` and ``import keras`` work
+    after it."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((None, 3)), keras.layers.Masking(0.0),
+                              keras.layers.GRU(4, go_backwards=True), keras.layers.Dense(2)])
+    model.export(str(tmp_path / "export"), verbose=False)
+    x = np.random.default_rng(0).normal(size=(5, 6, 3)).astype("float32")
+    found = _python("""
+        import json, sys, time
+        import numpy as np
+        t = time.process_time()
+        from sparktf.runtime.worker_tuning import without_keras
+        without_keras.import_tensorflow()
+        cpu = time.process_time() - t
+        import tensorflow as tf
+        keras_after_import = "keras" in sys.modules
+        serve = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
+        x = np.asarray(json.loads(sys.argv[2]), "float32")
+        scores = {k: v.numpy().tolist() for k, v in serve(tf.constant(x)).items()}
+        keras_after_scoring = "keras" in sys.modules
+        path = list(tf.__path__)
+        from tensorflow.keras import layers
+        import keras
+        print(json.dumps({"cpu": cpu, "keras_after_import": keras_after_import,
+                          "keras_after_scoring": keras_after_scoring, "scores": scores,
+                          "path": path, "layers": layers.Dense is keras.layers.Dense,
+                          "tf_keras": tf.keras.layers.Dense is keras.layers.Dense}))
+    """, str(tmp_path / "export"), json.dumps(x.tolist()))
+    print(f"\nimport tensorflow without Keras: {found['cpu']:.2f} s of CPU")
+    assert not found["keras_after_import"] and not found["keras_after_scoring"]
+    [ours] = found["scores"].values()
+    np.testing.assert_array_equal(np.float32(ours), model.predict(x, verbose=0))
+    assert found["path"] == list(tf.__path__)
+    assert found["layers"] and found["tf_keras"]
