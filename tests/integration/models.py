@@ -95,3 +95,28 @@ def subclassed(hparams):
     model = Scaled()
     model.compile(optimizer=keras.optimizers.Adam(hparams["learningRate"]), loss="mse")
     return model
+
+
+def linear_with_on_read_state(hparams):
+    """``linear`` after a layer whose state the strategy syncs on read (a running mean of
+    its inputs, ``synchronization="on_read"``): exporting it reads that state across the
+    workers, an all-reduce every worker must join."""
+    import keras
+    import numpy as np
+
+    class RunningShift(keras.layers.Layer):
+        def build(self, shape):
+            self.shift = keras.Variable(np.zeros((shape[-1],), "float32"), trainable=False,
+                                        synchronization="on_read", aggregation="mean",
+                                        name="shift")
+
+        def call(self, x, training=False):
+            if training:
+                self.shift.assign(keras.ops.mean(x, axis=0))
+            return x + 0.0 * self.shift
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((3,)), RunningShift(), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(hparams.get("learningRate", 0.05)),
+                  loss="mse")
+    return model

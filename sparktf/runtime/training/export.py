@@ -1,10 +1,9 @@
 """The export of a trained model and the chief's answer to the driver: a SavedModel for
 serving (inputs named as a signature can name them, several outputs named after the
-model's) and the ``.keras`` file, written by the chief alone."""
+model's) and the ``.keras`` file, written by every worker, kept from the chief."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -28,13 +27,13 @@ def chief_result(model, spec: TrainSpec, ctx, history: dict,
                  bound: binding.Bindings, workers: list | None = None) -> dict | None:
     """Exports the trained model; the chief's answer to the driver (None elsewhere):
     ``workers`` is every worker's own and waited seconds by epoch (``step_times``)."""
-    if not ctx.isChief:  # the chief's export reads no variable through the strategy
-        return None
     with heartbeats.Heartbeat(ctx).during("exporting", spec.epochs):
         inputs = _named_specs(bound.x_template(shards.empty_batch(spec.columns, ctx.feedSpec)),
                               [b.name for b in bound.inputs])
-        exported, signature_inputs = _export(model, spec, inputs)
+        exported, signature_inputs = _export(model, spec, ctx, inputs)
     ctx.phase("exported")
+    if not ctx.isChief:
+        return None
     kind, from_logits = keras_steps.prediction_kind(model)
     return {"history": history, "export_dir": exported, "rows": int(sum(ctx.allNumRows)),
             "input_mapping": _signature_mapping(signature_inputs, bound),
@@ -54,8 +53,9 @@ def _named_specs(x, names: list[str]):
                                         for t, n in zip(flat, names)])
 
 
-def _export(model, spec: TrainSpec, inputs) -> tuple[str, dict[str, str]]:
-    """The chief's export: SavedModel for serving, holding the .keras file.
+def _export(model, spec: TrainSpec, ctx, inputs) -> tuple[str, dict[str, str]]:
+    """Every worker exports (the chief's copy is kept): SavedModel for serving, holding the
+    .keras file.
     ``inputs``: ``x`` as the columns feed it (``tf.TensorSpec``s named after the inputs).
 
     Returns the export URI and, for each input of the serving signature, the model input
@@ -69,7 +69,8 @@ def _export(model, spec: TrainSpec, inputs) -> tuple[str, dict[str, str]]:
         path = os.path.join(local, SAVED_MODEL)
         mapping = write_saved_model(model, path, inputs)
         _keep_builder(spec, path, inputs)
-        storage.put_dir(local, target)
+        if ctx.isChief:
+            storage.put_dir(local, target)
     return target, mapping
 
 
@@ -91,26 +92,11 @@ def write_saved_model(model, path: str, inputs=None) -> dict[str, str]:
             json.dump(back, f)
     # the Keras model travels with the SavedModel (a saved TFModel, MLflow's runs:/)
     os.makedirs(os.path.join(path, "assets.extra"), exist_ok=True)
-    with _local_reads():
-        model.save(os.path.join(path, KERAS_IN_SAVED_MODEL))
+    model.save(os.path.join(path, KERAS_IN_SAVED_MODEL))
     names = list(saved_models.describe(path, "serving_default")[0])
     if not keras_steps.is_tf_keras(model):
         padding.write(path, _signature_padding(padding.masked_inputs(model), names, back))
     return {name: back.get(name, name) for name in names}
-
-
-def _local_reads():
-    """Inside it, a variable that the strategy syncs on read (Keras's metrics under
-    ``MultiWorkerMirroredStrategy``) reads this worker's own copy, as
-    ``tf.saved_model.save`` reads it, instead of an all-reduce that every worker would
-    have to join: so the chief alone exports, while the other workers are done. Only the
-    metrics' running totals differ from the all-reduced ones, and every fit, evaluate or
-    reset starts them again."""
-    from tensorflow.python.saved_model import save_context, save_options
-
-    if save_context.in_save_context():
-        return contextlib.nullcontext()
-    return save_context.save_context(save_options.SaveOptions())
 
 
 def _signature_padding(masked: dict, names: list[str], back: dict[str, str]) -> dict:
