@@ -52,7 +52,7 @@ def start_tensorflow() -> dict[str, str] | None:
     # the notices of TensorFlow's start (cuInit's among them) kept off the executor's
     # stderr, the driver's console in local mode (tf_startup)
     with environment(settings), tf_startup.quiet_start():
-        worker_tuning.import_tensorflow()  # without Keras: ~1.8 s of CPU less
+        worker_tuning.import_tensorflow()  # without Keras: ~0.7 s of CPU less
         import tensorflow as tf
         tf.config.list_physical_devices()  # CUDA reads CUDA_VISIBLE_DEVICES here
         tf.constant(0)  # the eager context: devices, memory growth, thread pools
