@@ -150,11 +150,15 @@ class _Finder(importlib.abc.MetaPathFinder):
         return None
 
 
-@contextlib.contextmanager
-def deferred() -> Iterator[None]:
+def deferred():
     """Imports made inside the block create Keras's optional helper modules without
     running them (a module already imported stays as it is)."""
-    finder = _Finder()
+    return first_finder(_Finder())
+
+
+@contextlib.contextmanager
+def first_finder(finder: importlib.abc.MetaPathFinder) -> Iterator[None]:
+    """``finder`` asked first by every import inside the block."""
     sys.meta_path.insert(0, finder)
     try:
         yield

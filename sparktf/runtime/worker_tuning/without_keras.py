@@ -22,11 +22,10 @@ difference but the moment Keras loads. The block is process-wide: another thread
 
 from __future__ import annotations
 
-import contextlib
 import importlib.abc
 import importlib.machinery
-import sys
-from typing import Iterator
+
+from sparktf.runtime.worker_tuning import deferred_imports
 
 ABSENT = frozenset({"keras", "tf_keras"})
 
@@ -53,16 +52,10 @@ class _Finder(importlib.abc.MetaPathFinder):
         return spec
 
 
-@contextlib.contextmanager
-def absent() -> Iterator[None]:
+def absent():
     """Inside the block, Keras cannot be imported but is found (a module already imported
     stays as it is)."""
-    finder = _Finder()
-    sys.meta_path.insert(0, finder)
-    try:
-        yield
-    finally:
-        sys.meta_path.remove(finder)
+    return deferred_imports.first_finder(_Finder())
 
 
 def import_tensorflow() -> None:
