@@ -25,3 +25,37 @@ def linear_rows(n, seed=0):
 
 def rows(X, y):
     return [([float(v) for v in x], float(t)) for x, t in zip(X, y)]
+
+
+ARROW = "spark.sql.execution.arrow.pyspark.enabled"
+FALLBACK = "spark.sql.execution.arrow.pyspark.fallback.enabled"
+
+
+def frame(spark, rows, schema: str):
+    """``spark.createDataFrame(rows, schema)`` (a DDL string), its rows in order in as
+    many partitions (``defaultParallelism``; sizes a row apart at most, the extra rows in
+    the first ones, not the last), made through Arrow from pandas: Spark's JVM reads the
+    rows, and no Python worker of the executors runs. ``createDataFrame`` from a Python
+    list runs a Python stage on the executors at every action on the frame, in their
+    default ``python3`` (the tests set no ``PYSPARK_PYTHON``), where pyspark's per-task
+    ``importlib.invalidate_caches()`` rereads pyspark.zip's directory (~0.2 s of CPU a
+    task): a tenth of the CPU of a module of fits (tests/integration/test_estimator.py),
+    none of it sparktf's. Arrow is on for this call only (the frames sparktf makes and
+    scores are as a user's), without its fallback to the Python path, so that a column
+    kind Arrow cannot hold fails here."""
+    import pandas as pd
+    from pyspark.sql.types import _parse_datatype_string
+
+    struct = _parse_datatype_string(schema)
+    table = pd.DataFrame([tuple(r) for r in rows], columns=struct.fieldNames())
+    before = {k: spark.conf.get(k, None) for k in (ARROW, FALLBACK)}
+    spark.conf.set(ARROW, "true")
+    spark.conf.set(FALLBACK, "false")
+    try:
+        return spark.createDataFrame(table, struct)
+    finally:
+        for key, value in before.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)

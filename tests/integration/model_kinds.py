@@ -40,12 +40,12 @@ def frame(spark, kind: ModelKind, rows: int = 48):
     if kind.name == "assembled":
         X, y = data.linear_rows(rows, seed=4)
         X[::4] = 0.0  # VectorAssembler gives all-zero rows as SparseVectors
-        df = spark.createDataFrame([(*map(float, x), float(t)) for x, t in zip(X, y)],
-                                   "a double, b double, c double, label double")
+        df = data.frame(spark, [(*map(float, x), float(t)) for x, t in zip(X, y)],
+                        "a double, b double, c double, label double")
         return VectorAssembler(inputCols=["a", "b", "c"], outputCol="features").transform(df)
     source = next(k for k in data_kinds.KINDS if k.model_fn is kind.params["modelFn"])
     spark_rows, *_ = data_kinds.data(source, rows)
-    return spark.createDataFrame(spark_rows, source.schema)
+    return data.frame(spark, spark_rows, source.schema)
 
 
 def estimator(kind: ModelKind, **params) -> TFEstimator:

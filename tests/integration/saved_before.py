@@ -21,7 +21,7 @@ def frame(spark):
     from tests.integration import data
 
     X, y = data.linear_rows(40, seed=5)
-    return spark.createDataFrame(data.rows(X, y), "features array<double>, label double") \
+    return data.frame(spark, data.rows(X, y), "features array<double>, label double") \
         .repartition(2)
 
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from sparktf.ml import TFEstimator
+from tests.integration import data
 
 ROWS, EPOCHS = 256, 3
 
@@ -39,8 +40,8 @@ def test_two_workers_accumulating_four_steps_equal_keras_at_the_accumulated_batc
     keras_accumulating = accumulating({"optimizer": optimizer, "accumulate": 4})
     accumulated = keras_accumulating.fit(x, y, batch_size=64, epochs=EPOCHS, shuffle=False,
                                          verbose=0).history
-    df = spark.createDataFrame([(x[i].tolist(), float(y[i])) for i in range(ROWS)],
-                               "features array<float>, label float").repartition(2)
+    df = data.frame(spark, [(x[i].tolist(), float(y[i])) for i in range(ROWS)],
+                    "features array<float>, label float").repartition(2)
     fitted = TFEstimator(modelFn=accumulating, numWorkers=2, batchSize=64, epochs=EPOCHS,
                          shuffle=False, hyperParams={"optimizer": optimizer, "accumulate": 4},
                          verbose=0).fit(df)

@@ -15,6 +15,7 @@ from pyspark.sql import functions as F
 
 from sparktf.ml import TFEstimator, TFModel
 from sparktf.ml import preprocessing as pp
+from tests.integration import data
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -60,7 +61,7 @@ def frame(spark):
     schema = (f"{quoted(ROW_ID)} bigint, {quoted(FEATURES)} array<float>, "
               f"{quoted(CITY)} string, {quoted(LABEL)} double, {quoted(WEIGHT)} double, "
               f"{quoted(HELD_OUT)} boolean")
-    return spark.createDataFrame(_rows(), schema).repartition(2)
+    return data.frame(spark, _rows(), schema).repartition(2)
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import pytest
 
 from sparktf.ml import TFEstimator
 from tests import conftest
-from tests.integration import data_kinds
+from tests.integration import data_kinds, plan_oracle
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -24,10 +24,9 @@ PARTITIONS = {1: [1.0], 2: [2 / 3, 1 / 3]}  # uneven on purpose
 def _frame(spark, kind, rows, shares):
     """One partition per share, each holding that share of the rows in order."""
     bounds = np.round(np.cumsum([0, *shares]) * len(rows)).astype(int)
-    keyed = [(part, (i, *rows[i])) for part, (start, stop)
-             in enumerate(zip(bounds[:-1], bounds[1:])) for i in range(start, stop)]
-    rdd = spark.sparkContext.parallelize(keyed, 1).partitionBy(len(shares), lambda k: k)
-    return spark.createDataFrame(rdd.values(), "id bigint, " + kind.schema)
+    return plan_oracle.identity_partitioned(
+        spark, [[(i, *rows[i]) for i in range(start, stop)]
+                for start, stop in zip(bounds[:-1], bounds[1:])], "id bigint, " + kind.schema)
 
 
 def _relative(a, b) -> float:

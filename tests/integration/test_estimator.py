@@ -70,7 +70,7 @@ def test_a_layer_whose_state_syncs_on_read_exports_on_two_workers(spark):
     all-reduced when the SavedModel is written, so every worker exports with the chief;
     a chief exporting alone waited for workers that had left (a hang)."""
     X, y = data.linear_rows(200)
-    df = spark.createDataFrame(data.rows(X, y), "features array<double>, label double")
+    df = data.frame(spark, data.rows(X, y), "features array<double>, label double")
     model = TFEstimator(modelFn=models.linear_with_on_read_state, numWorkers=2, epochs=1,
                         batchSize=50).fit(df)
     shift = [w for w in model.getKerasModel().weights if w.name == "shift"]
@@ -84,9 +84,9 @@ def test_digits_fit_and_scores_equal_keras_on_the_same_global_batches(spark):
     parts = [len(Xtr) // 2, len(Xtr) - len(Xtr) // 2]
     train = _consecutive(spark, [(x.tolist(), int(t)) for x, t in zip(Xtr, ytr)], parts,
                          "features array<float>, label long")
-    test = spark.createDataFrame([(i, x.tolist(), int(t)) for i, (x, t) in
-                                  enumerate(zip(Xte, yte))],
-                                 "id long, features array<float>, label long")
+    test = data.frame(spark, [(i, x.tolist(), int(t)) for i, (x, t) in
+                      enumerate(zip(Xte, yte))],
+                     "id long, features array<float>, label long")
     est = TFEstimator(modelFn=models.digits_mlp, numWorkers=2, epochs=3, batchSize=64,
                       learningRate=3e-3, shuffle=False, seed=3)
     model = est.fit(train)
@@ -112,8 +112,8 @@ def test_sparse_vectors_arrays_and_validation_metrics(spark):
     cats = rng.integers(0, 3, 600)
     values = rng.normal(size=600)
     label = values * 2 + np.array([0.0, 1.0, -1.0])[cats]
-    df = spark.createDataFrame([(int(c), float(v), float(t)) for c, v, t in
-                                zip(cats, values, label)], "cat long, v double, label double")
+    df = data.frame(spark, [(int(c), float(v), float(t)) for c, v, t in
+                    zip(cats, values, label)], "cat long, v double, label double")
     onehot = OneHotEncoder(inputCols=["cat"], outputCols=["cat_vec"], dropLast=False).fit(df)
     df = VectorAssembler(inputCols=["cat_vec", "v"], outputCol="features").transform(
         onehot.transform(df))  # sparse rows from the encoder, dense or sparse after assembly
@@ -176,7 +176,7 @@ class RecordEpochs(keras.callbacks.Callback):
 
 def test_callbacks_get_epoch_hooks_on_every_worker(spark, tmp_path):
     X, y = data.linear_rows(400)
-    df = spark.createDataFrame(data.rows(X, y), "features array<double>, label double")
+    df = data.frame(spark, data.rows(X, y), "features array<double>, label double")
     est = TFEstimator(modelFn=models.linear, numWorkers=2, epochs=3, batchSize=32,
                       callbacks=[RecordEpochs(str(tmp_path))])
     history = est.fit(df).getHistory()
@@ -220,7 +220,7 @@ class RecordBatchLogs(keras.callbacks.Callback):
 def test_one_worker_asking_to_stop_stops_every_worker_at_the_same_point(spark, stop,
                                                                         epochs_run):
     X, y = data.linear_rows(400)
-    df = spark.createDataFrame(data.rows(X, y), "features array<double>, label double")
+    df = data.frame(spark, data.rows(X, y), "features array<double>, label double")
     est = TFEstimator(modelFn=models.linear, numWorkers=2, epochs=6, batchSize=32,
                       callbacks=[stop, RecordBatchLogs()], stallTimeout=120.0)
     history = est.fit(df).getHistory()  # a worker left behind would stall: no timeout here
@@ -229,7 +229,7 @@ def test_one_worker_asking_to_stop_stops_every_worker_at_the_same_point(spark, s
 
 def test_tf_keras_models_train_with_their_own_fit(spark, tmp_path):
     X, y = data.linear_rows(1200)
-    df = spark.createDataFrame(data.rows(X, y), "features array<double>, label double")
+    df = data.frame(spark, data.rows(X, y), "features array<double>, label double")
     est = TFEstimator(modelFn=models.tf_keras_linear, numWorkers=2, epochs=10, batchSize=64,
                       learningRate=0.1, validationFraction=0.1, seed=2,
                       modelDir=str(tmp_path / "m"))
@@ -247,7 +247,7 @@ def test_tf_keras_takes_tokens_of_any_length_and_an_input_named_grosse(spark):
     import tensorflow as tf
     seqs = [[1, 2, 3], [4], [5, 6, 7, 8, 9, 1, 2], [3, 3]] * 6
     rows = [(s, float(i % 3), float(len(s))) for i, s in enumerate(seqs)]
-    df = spark.createDataFrame(rows, "tokens array<int>, `größe` double, label double")
+    df = data.frame(spark, rows, "tokens array<int>, `größe` double, label double")
     model = TFEstimator(modelFn=models.tf_keras_tokens_and_size, inputCols=["größe", "tokens"],
                         numWorkers=2, epochs=2, batchSize=4, verbose=0).fit(df)
     mapping = model.getInputMapping()
@@ -267,7 +267,7 @@ def test_tensorboard_event_files_hold_the_epoch_scalars(spark, tmp_path):
     import tensorflow as tf
 
     X, y = data.linear_rows(400)
-    df = spark.createDataFrame(data.rows(X, y), "features array<double>, label double")
+    df = data.frame(spark, data.rows(X, y), "features array<double>, label double")
     model = TFEstimator(modelFn=models.linear, numWorkers=2, epochs=3, batchSize=32,
                         validationFraction=0.2, seed=4, summarySteps=4,
                         modelDir=str(tmp_path / "m")).fit(df)
@@ -315,7 +315,7 @@ def test_tensorboard_server_shows_the_fits_until_stopped(spark, tmp_path, caplog
 
     caplog.set_level(logging.INFO, logger="sparktf")
     X, y = data.linear_rows(200)
-    df = spark.createDataFrame(data.rows(X, y), "features array<double>, label double")
+    df = data.frame(spark, data.rows(X, y), "features array<double>, label double")
     model_dir = str(tmp_path / "m")
     model = TFEstimator(modelFn=models.linear, numWorkers=2, epochs=2, batchSize=32,
                         modelDir=model_dir, tensorboard=True).fit(df)
@@ -347,7 +347,7 @@ def test_parquet_input_mode_equals_stream_mode_and_keras_and_reuses_its_copy(spa
     caplog.set_level(logging.INFO, logger="sparktf")
     X, y = data.linear_rows(600, seed=6)
     source = str(tmp_path / "table")
-    spark.createDataFrame(data.rows(X, y), "features array<double>, label double") \
+    data.frame(spark, data.rows(X, y), "features array<double>, label double") \
         .write.parquet(source)
     df = spark.read.parquet(source)
     # full-batch steps: whichever worker reads which rows, each step is Keras's step
@@ -380,8 +380,8 @@ def test_parquet_input_mode_never_trains_on_a_stale_copy(spark, tmp_path, caplog
     X, _ = data.linear_rows(400, seed=1)
 
     def table(label):
-        spark.createDataFrame(data.rows(X, np.full(len(X), label)),
-                              "features array<double>, label double") \
+        data.frame(spark, data.rows(X, np.full(len(X), label)),
+                   "features array<double>, label double") \
             .write.mode("overwrite").parquet(source)
         return spark.read.parquet(source)
 
@@ -390,8 +390,8 @@ def test_parquet_input_mode_never_trains_on_a_stale_copy(spark, tmp_path, caplog
     assert before < 10 and after > 5000, (before, after)  # the new labels were trained on
     assert any("input files changed" in r.getMessage() for r in caplog.records)
     assert len(os.listdir(folder)) == 1  # replaced, not added
-    in_memory = spark.createDataFrame(data.rows(X, np.full(len(X), 3.0)),
-                                      "features array<double>, label double")
+    in_memory = data.frame(spark, data.rows(X, np.full(len(X), 3.0)),
+                           "features array<double>, label double")
     assert est.fit(in_memory).getHistory()["loss"][0] > 1
     assert len(os.listdir(folder)) == 1  # its own copy is gone
 
@@ -478,8 +478,8 @@ def test_keep_best_file_callbacks_and_early_stopping_keep_what_keras_keeps(spark
 
 def test_keep_best_without_validation_rows_and_backup_and_restore_are_refused(spark,
                                                                               tmp_path):
-    df = spark.createDataFrame(data.rows(*data.linear_rows(8)),
-                               "features array<double>, label double")
+    df = data.frame(spark, data.rows(*data.linear_rows(8)),
+                    "features array<double>, label double")
     with pytest.raises(sparktf.InvalidInputError, match="keepBest='val_loss' is a validation"):
         TFEstimator(modelFn=models.linear, keepBest="val_loss").fit(df)
     # a value whose direction Keras cannot give: refused on the driver, not in the task

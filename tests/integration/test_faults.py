@@ -62,7 +62,7 @@ def broken_model_fn(hparams):
 
 def _frame(spark):
     X, y = data.linear_rows(400)
-    return spark.createDataFrame(data.rows(X, y), "features array<double>, label double")
+    return data.frame(spark, data.rows(X, y), "features array<double>, label double")
 
 
 def test_a_killed_worker_is_relaunched_and_resumes_from_the_last_checkpoint(spark, tmp_path,
@@ -247,7 +247,7 @@ def test_a_lost_executor_shrinks_the_fit_to_min_workers_and_a_relaunch_grows_it_
     marks = tmp_path / "marks"
     marks.mkdir()
     X, y = data.linear_rows(60)
-    df = spark.createDataFrame(data.rows(X, y), "features array<double>, label double")
+    df = data.frame(spark, data.rows(X, y), "features array<double>, label double")
     with socket.create_server(("127.0.0.1", 0)) as server:
         def bring_back():
             server.settimeout(300)

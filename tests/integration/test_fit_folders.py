@@ -27,7 +27,7 @@ def test_a_failed_fit_leaves_no_folder_and_a_saved_model_outlives_its_folder(
     temp.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(temp))
     X, y = data.linear_rows(40)
-    df = spark.createDataFrame(data.rows(X, y), "features array<double>, label double")
+    df = data.frame(spark, data.rows(X, y), "features array<double>, label double")
 
     with pytest.raises(sparktf.TaskFailedError, match="deliberately broken"):  # on a task
         TFEstimator(modelFn=broken, numWorkers=1, epochs=1).fit(df)
@@ -74,7 +74,7 @@ def test_a_run_id_resumes_an_unfinished_fit_and_returns_a_finished_one(spark, tm
 
     caplog.set_level(logging.INFO, logger="sparktf")
     X, y = data.linear_rows(60)
-    df = spark.createDataFrame(data.rows(X, y), "features array<double>, label double")
+    df = data.frame(spark, data.rows(X, y), "features array<double>, label double")
     common = dict(modelFn=models.linear, numWorkers=2, epochs=4, batchSize=60,
                   learningRate=0.05, shuffle=False, modelDir=str(tmp_path / "m"))
     whole = TFEstimator(**common).fit(df)  # uninterrupted, in a folder of its own

@@ -15,7 +15,7 @@ import pytest
 import sparktf
 from sparktf.ml import TFEstimator, TFModel
 from tests import conftest
-from tests.integration import conformance
+from tests.integration import conformance, plan_oracle
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -40,12 +40,8 @@ def _frame(spark, case, columns, shares):
              "long" if case.task != "regression" else "double")
     schema = (f"id long, x array<float>, label {label}, weight double, val boolean" +
               (", ids long" if case.task == "two_inputs" else ""))
-    sc = spark.sparkContext
-    rdd = sc.parallelize(records, 1).partitionBy(len(shares), lambda k: k).values()
-    df = spark.createDataFrame(rdd, schema)
-    assert df.rdd.glom().map(len).collect() == [int(b - a) for a, b in
-                                                zip(bounds[:-1], bounds[1:])]
-    return df
+    return plan_oracle.identity_partitioned(
+        spark, [[r for p, r in records if p == part] for part in range(len(shares))], schema)
 
 
 def _keras_inputs(case, columns, rows):

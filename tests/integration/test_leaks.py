@@ -45,7 +45,7 @@ def test_eight_fits_including_failures_leave_no_processes_ports_or_threads(spark
 
 def _fits(spark, capsys):
     X, y = data.linear_rows(300)
-    df = spark.createDataFrame(data.rows(X, y), "features array<double>, label double").cache()
+    df = data.frame(spark, data.rows(X, y), "features array<double>, label double").cache()
     df.count()
     good = TFEstimator(modelFn=models.linear, numWorkers=2, epochs=1, batchSize=64)
     bad = TFEstimator(modelFn=broken, numWorkers=2, epochs=1)

@@ -14,6 +14,7 @@ from pyspark.sql import types as T
 
 import sparktf
 from sparktf.ml import TFEstimator
+from tests.integration import data
 
 ROWS, EPOCHS = 128, 3
 # a few roundings of each precision (float16: 2^-11 relative, bfloat16: 2^-8); measured
@@ -63,8 +64,8 @@ def test_mixed_precision_on_two_workers_equals_keras_resumes_exactly_and_scores_
     alone = mixed({"policy": policy})
     expected = alone.fit(x, y, batch_size=ROWS, epochs=EPOCHS, shuffle=False,
                          verbose=0).history
-    frame = spark.createDataFrame([(x[i].tolist(), float(y[i])) for i in range(ROWS)],
-                                  "features array<float>, label float").repartition(2).cache()
+    frame = data.frame(spark, [(x[i].tolist(), float(y[i])) for i in range(ROWS)],
+                       "features array<float>, label float").repartition(2).cache()
     common = dict(modelFn=mixed, hyperParams={"policy": policy}, numWorkers=2,
                   batchSize=ROWS, epochs=EPOCHS, shuffle=False, verbose=0,
                   modelDir=str(tmp_path / "m"))

@@ -30,7 +30,7 @@ def store(tmp_path):
 @pytest.fixture(scope="module")
 def frame(spark):
     X, y = data.linear_rows(300, seed=3)
-    return spark.createDataFrame(data.rows(X, y), "features array<double>, label double")
+    return data.frame(spark, data.rows(X, y), "features array<double>, label double")
 
 
 def _est():

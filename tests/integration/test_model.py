@@ -136,7 +136,7 @@ def test_sql_scoring_matches_transform(spark, saved_models):
 def test_fitted_model_scores_vectors_in_sql_and_with_evaluators(spark):
     from pyspark.ml.functions import array_to_vector
     X, y = data.linear_rows(600)
-    df = spark.createDataFrame(data.rows(X, y), "x array<double>, label double") \
+    df = data.frame(spark, data.rows(X, y), "x array<double>, label double") \
         .withColumn("features", array_to_vector("x"))
     model = TFEstimator(modelFn=models.linear, numWorkers=2, epochs=2, batchSize=32,
                         learningRate=0.05).fit(df)
@@ -295,7 +295,7 @@ def _custom_layer_model(hp):
 def test_get_keras_model_gives_the_trained_model_and_a_bare_savedmodel_has_none(
         spark, saved_models):
     X, y = data.linear_rows(40)
-    df = spark.createDataFrame(data.rows(X, y), "features array<double>, label double")
+    df = data.frame(spark, data.rows(X, y), "features array<double>, label double")
     model = TFEstimator(modelFn=_custom_layer_model, numWorkers=2, epochs=1,
                         batchSize=40).fit(df)
     keras_model = model.getKerasModel()  # Keras cannot load Doubled; the modelFn builds it

@@ -24,7 +24,7 @@ def test_two_fits_at_once_train_on_their_rows_and_share_one_whole_copy(spark, tm
     caplog.set_level(logging.INFO, logger="sparktf")
     X, y = data.linear_rows(ROWS, seed=3)
     source = str(tmp_path / "table")
-    spark.createDataFrame(data.rows(X, y), "features array<double>, label double") \
+    data.frame(spark, data.rows(X, y), "features array<double>, label double") \
         .repartition(4).write.parquet(source)
     df = spark.read.parquet(source)
     for round_ in range(3):  # the race depends on timing: several rounds

@@ -31,7 +31,7 @@ def digits(spark):
     schema = ", ".join(f"{c} double" for c in PIXELS) + ", label long"
 
     def frame(X, y):
-        return spark.createDataFrame([[*map(float, x), int(t)] for x, t in zip(X, y)], schema)
+        return data.frame(spark, [[*map(float, x), int(t)] for x, t in zip(X, y)], schema)
     return frame(Xtr, ytr).cache(), frame(Xte, yte).cache()
 
 

@@ -200,7 +200,7 @@ def test_a_keras_backend_other_than_tensorflow_is_refused_before_any_job(spark, 
     from tests.integration import data, models
 
     X, y = data.linear_rows(40)
-    df = spark.createDataFrame(data.rows(X, y), "features array<double>, label double")
+    df = data.frame(spark, data.rows(X, y), "features array<double>, label double")
     jobs = spark.sparkContext.statusTracker().getJobIdsForGroup()
     monkeypatch.setenv("KERAS_BACKEND", "jax")
     with pytest.raises(sparktf.InvalidInputError, match="KERAS_BACKEND='jax'.*Unset it"):

@@ -12,7 +12,7 @@ import pytest
 
 import sparktf
 from sparktf.ml import TFEstimator
-from tests.integration import interruptions
+from tests.integration import data, interruptions
 from tests.integration.test_faults import KillOnce
 
 pytestmark = pytest.mark.timeout(600)
@@ -70,8 +70,8 @@ def _frame(spark):
     rng = np.random.default_rng(0)
     X = rng.normal(size=(96, 4))
     y = (X[:, 0] > 0).astype(int) + (X[:, 1] > 0.5).astype(int)
-    return spark.createDataFrame([([float(v) for v in x], int(t)) for x, t in zip(X, y)],
-                                 "features array<double>, label int").repartition(2)
+    return data.frame(spark, [([float(v) for v in x], int(t)) for x, t in zip(X, y)],
+                      "features array<double>, label int").repartition(2)
 
 
 def _rows(path):

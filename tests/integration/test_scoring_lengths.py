@@ -9,6 +9,7 @@ import numpy as np
 
 from sparktf.ml import TFEstimator, TFModel
 from sparktf.runtime.scoring import padding, saved_models
+from tests.integration import data
 
 
 def masked_gru(hparams):
@@ -66,7 +67,7 @@ def _each_row_scores_as_alone(model, df, rows, what):
 def test_a_fitted_masked_model_is_padded_and_scores_each_row_as_alone(spark, caplog):
 
     rows = _token_rows(300, 40)
-    df = spark.createDataFrame(rows, "id long, tokens array<int>, label double")
+    df = data.frame(spark, rows, "id long, tokens array<int>, label double")
     model = TFEstimator(modelFn=masked_gru, inputCols=["tokens"], numWorkers=2, epochs=1,
                         batchSize=64, verbose=0).fit(df)
     assert saved_models.padding_values(model.getModelPath()) == {"tokens": 0}
@@ -79,7 +80,7 @@ def test_a_fitted_masked_model_is_padded_and_scores_each_row_as_alone(spark, cap
 def test_a_fitted_backward_rnn_is_not_said_masked_and_scores_each_row_as_alone(spark):
 
     rows = _token_rows(120, 30, seed=1)
-    df = spark.createDataFrame(rows, "id long, tokens array<int>, label double")
+    df = data.frame(spark, rows, "id long, tokens array<int>, label double")
     model = TFEstimator(modelFn=backward_lstm, inputCols=["tokens"], numWorkers=2, epochs=1,
                         batchSize=32, verbose=0).fit(df)
     assert saved_models.padding_values(model.getModelPath()) == {}
@@ -99,7 +100,7 @@ def test_an_unmasked_model_is_called_by_length_and_the_driver_says_padLength_onc
     keras_model.export(path, verbose=False)
     assert saved_models.padding_values(path) == {} and padding.masked_inputs(keras_model) == {}
     rows = _token_rows(600, 150, seed=1)
-    df = spark.createDataFrame(rows, "id long, tokens array<int>, label double")
+    df = data.frame(spark, rows, "id long, tokens array<int>, label double")
     serve = tf.saved_model.load(path).signatures["serving_default"]
     alone = _alone(serve, [r[1] for r in rows])
     model = TFModel(modelPath=path, inputMapping={"tokens": "tokens"}, batchSize=64)

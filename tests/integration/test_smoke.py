@@ -43,7 +43,7 @@ def _rows_sum(args, ctx):
 
 def test_fit_transform_sql_persistence_resume_tuning_and_run(spark, tmp_path):
     X, y = data.linear_rows(240)
-    df = spark.createDataFrame(data.rows(X, y), "features array<double>, label double") \
+    df = data.frame(spark, data.rows(X, y), "features array<double>, label double") \
         .repartition(2).cache()
     common = dict(modelFn=models.linear, numWorkers=2, epochs=3, batchSize=64,
                   learningRate=0.05, modelDir=str(tmp_path / "runs"))

@@ -14,7 +14,7 @@ import pytest
 
 import sparktf
 from sparktf.ml import TFEstimator
-from tests.integration import tutorials
+from tests.integration import data, tutorials
 
 # 8 steps an epoch: 1.6 s slower, well above what tracing the first epoch's step takes
 # on one worker and not the other on a loaded machine
@@ -62,8 +62,8 @@ def frame(spark):
     rng = np.random.default_rng(0)
     x = rng.normal(size=(ROWS, 4)).astype("float32")
     y = x @ np.array([1.0, -2.0, 0.5, 3.0], np.float32)
-    return spark.createDataFrame([(x[i].tolist(), float(y[i])) for i in range(ROWS)],
-                                 "features array<float>, label float").repartition(2)
+    return data.frame(spark, [(x[i].tolist(), float(y[i])) for i in range(ROWS)],
+                      "features array<float>, label float").repartition(2)
 
 
 # a worker slowed after each step, or at an epoch's edge (before: counted as the other

@@ -48,7 +48,7 @@ def _trained(path) -> dict:
 @pytest.fixture(scope="module")
 def linear_frame(spark):
     X, y = data.linear_rows(120, seed=3)
-    return spark.createDataFrame(data.rows(X, y), "features array<double>, label double") \
+    return data.frame(spark, data.rows(X, y), "features array<double>, label double") \
         .repartition(2).cache()
 
 
@@ -159,8 +159,8 @@ def test_metric_mode_auto_maximises_what_keras_maximises(spark):
     """Issue 53 item 2: on val_binary_io_u the search kept the trial of the lower IoU
     (the maximised names had 'iou'; Keras names it 'io_u')."""
     X, y = data.linear_rows(160, seed=5)
-    frame = spark.createDataFrame(data.rows(X, (y > 1.0).astype(float)),
-                                  "features array<double>, label double").repartition(2)
+    frame = data.frame(spark, data.rows(X, (y > 1.0).astype(float)),
+                       "features array<double>, label double").repartition(2)
     est = TFEstimator(modelFn=binary_iou, numWorkers=1, batchSize=20, seed=1,
                       validationFraction=0.25)
     grid = [{est.learningRate: rate} for rate in (1e-7, 0.5)]
@@ -311,7 +311,7 @@ def test_a_pipeline_sampled_trials_mlflow_child_runs_and_persistence(spark, tmp_
     from pyspark.ml.functions import array_to_vector, vector_to_array
 
     X, y = data.linear_rows(120, seed=4)
-    frame = spark.createDataFrame(data.rows(X, y), "raw array<double>, label double") \
+    frame = data.frame(spark, data.rows(X, y), "raw array<double>, label double") \
         .select(array_to_vector("raw").alias("raw"), "label").cache()
     scaler = StandardScaler(inputCol="raw", outputCol="features")
     est = TFEstimator(modelFn=models.linear, numWorkers=1, batchSize=30,

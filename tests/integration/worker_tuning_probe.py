@@ -43,7 +43,7 @@ def fit_and_score(spark) -> dict:
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
     X, y = data.linear_rows(400)
-    df = spark.createDataFrame(data.rows(X, y), "features array<double>, label double")
+    df = data.frame(spark, data.rows(X, y), "features array<double>, label double")
     model = TFEstimator(modelFn=models.linear, numWorkers=2, epochs=3, batchSize=400,
                         learningRate=0.1, seed=1).fit(df)
     kernel, bias = model.getKerasModel().get_weights()
