@@ -8,6 +8,7 @@ import pytest
 import sparktf
 from sparktf.errors import InvalidInputError
 from sparktf.ml import TFEstimator, TFModel
+from tests.integration import data
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -19,7 +20,7 @@ def _kinds_frame(spark):
              [[float(i), 1.0], [2.0, 3.0]], i * 0.5, i % 2 == 0) for i in range(40)]
     schema = ("id bigint, city string, blob binary, big bigint, seq array<int>, "
               "grid array<array<double>>, x double, flag boolean")
-    return spark.createDataFrame(rows, schema).repartition(2)
+    return data.frame(spark, rows, schema).repartition(2)
 
 
 def read_kinds(args, ctx):
@@ -67,8 +68,8 @@ def identity_ids(hp):
 def test_an_id_above_two_to_the_32_reaches_the_model_unchanged(spark):
     """IntegerLookup maps 4,000,000,003 to index 1; through float32 it would be
     4,000,000,000, out of vocabulary (index 0)."""
-    df = spark.createDataFrame([(BIG, 1.0), (7, 0.0), (4_000_000_000, 0.0)],
-                               "big bigint, label double")
+    df = data.frame(spark, [(BIG, 1.0), (7, 0.0), (4_000_000_000, 0.0)],
+                    "big bigint, label double")
     model = TFEstimator(modelFn=identity_ids, featuresCol="big", epochs=1, batchSize=3,
                         verbose=0).fit(df)
     assert model.getInputMapping() == {"big": "big"}
@@ -90,8 +91,8 @@ def sequence_model(hp):
 
 
 def test_a_too_long_sequence_is_refused_naming_its_column_before_training(spark):
-    df = spark.createDataFrame([([1, 2], 0.0), ([1, 2, 3, 4, 5], 1.0)],
-                               "seq array<int>, label double")
+    df = data.frame(spark, [([1, 2], 0.0), ([1, 2, 3, 4, 5], 1.0)],
+                    "seq array<int>, label double")
     with pytest.raises(InvalidInputError) as info:
         TFEstimator(modelFn=sequence_model, featuresCol="seq", verbose=0).fit(df)
     message = str(info.value)
@@ -108,7 +109,7 @@ def float_model(hp):
 
 
 def test_a_string_column_into_a_float_input_is_refused_naming_both(spark):
-    df = spark.createDataFrame([("a", 0.0)], "city string, label double")
+    df = data.frame(spark, [("a", 0.0)], "city string, label double")
     with pytest.raises(InvalidInputError, match=r"Column 'city' \(Spark type string\) cannot "
                                                 r"feed the model: input 'x' declares dtype "
                                                 r"float32 and shape \(1,\)"):
@@ -119,7 +120,7 @@ def test_transform_refuses_a_column_its_signature_cannot_take_before_any_job(spa
                                                                               tmp_path):
     model = float_model({})
     model.export(str(tmp_path / "m"), verbose=False)
-    df = spark.createDataFrame([("a",)], "city string")
+    df = data.frame(spark, [("a",)], "city string")
     jobs = spark.sparkContext.statusTracker().getJobIdsForGroup()
     with pytest.raises(InvalidInputError, match=r"Column 'city' \(Spark type string\) cannot "
                                                 "feed input"):
@@ -145,8 +146,8 @@ def named_inputs(hp):
 def _named_frame(spark):
     rows = [(["a", "b", "c", "d"][i % 4], [1 + i % 8] * (1 + i % 5), float(i % 7), i / 10,
              "unused") for i in range(60)]
-    return spark.createDataFrame(rows, "city string, seq array<int>, area double, "
-                                       "label double, note string").repartition(2)
+    return data.frame(spark, rows, "city string, seq array<int>, area double, "
+                      "label double, note string").repartition(2)
 
 
 def test_inputs_by_name_without_input_cols_and_parquet_mode_equal_stream_mode(spark,
@@ -180,7 +181,7 @@ def test_a_string_output_becomes_a_string_column(spark, tmp_path):
     ids = keras.Input((1,), dtype="int64", name="code")
     names = keras.layers.StringLookup(vocabulary=["low", "high"], invert=True)(ids)
     keras.Model(ids, names).export(str(tmp_path / "m"), verbose=False)
-    df = spark.createDataFrame([(1,), (2,), (0,)], "code bigint")
+    df = data.frame(spark, [(1,), (2,), (0,)], "code bigint")
     scored = TFModel(modelPath=str(tmp_path / "m"), featuresCol="code").transform(df)
     assert dict(scored.dtypes)["prediction"] == "string"
     assert [r["prediction"] for r in scored.orderBy("code").collect()] == \

@@ -7,6 +7,7 @@ import pytest
 from sparktf import InvalidInputError
 from sparktf.ml import TFModel
 from sparktf.runtime.scoring import saved_models
+from tests.integration import data
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -44,8 +45,8 @@ def test_a_masked_gru_from_a_keras_file_scores_each_row_as_alone_unpadded(spark,
     # the padding analysis ran: the input is masked, so rows are padded to a batch's longest
     assert list(saved_models.padding_values(scorer.getModelPath()).values()) == [0]
     assert scorer.getPredictionKind() == "multiclass"
-    df = spark.createDataFrame([(i, r) for i, r in enumerate(rows)],
-                               "id int, tokens array<int>").repartition(3)
+    df = data.frame(spark, [(i, r) for i, r in enumerate(rows)],
+                    "id int, tokens array<int>").repartition(3)
     scored = scorer.transform(df).orderBy("id").toPandas()
     expected = _alone(model, rows)
     got = np.stack(scored["probability"].map(lambda v: v.toArray()))
@@ -74,7 +75,7 @@ def test_a_model_in_memory_with_two_named_inputs_binds_them_by_column(spark, tmp
                                 inputMapping={"left": "a", "right": "b"})
     assert scorer.getPredictionKind() == "regression"
     rows = [([0.5, -1.0], [2.0]), ([1.5, 0.0], [-1.0])]
-    df = spark.createDataFrame(rows, "left array<double>, right array<double>")
+    df = data.frame(spark, rows, "left array<double>, right array<double>")
     got = scorer.transform(df).toPandas()["prediction"].to_numpy()
     expected = model.predict([np.array([r[0] for r in rows]), np.array([r[1] for r in rows])],
                              verbose=0)[:, 0]
@@ -89,8 +90,8 @@ def test_a_classifier_scores_null_rows_and_rows_holding_a_null_as_null(spark, tm
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, activation="softmax")])
     model.compile("adam", "sparse_categorical_crossentropy")
     scorer = TFModel.from_keras(model, tmp_path / "classifier")  # a Path is a path too
-    df = spark.createDataFrame([(0, None), (1, [1.0, None, 3.0]), (2, [1.0, 2.0, 3.0])],
-                               "id int, features array<double>")
+    df = data.frame(spark, [(0, None), (1, [1.0, None, 3.0]), (2, [1.0, 2.0, 3.0])],
+                    "id int, features array<double>")
     rows = scorer.transform(df).orderBy("id").collect()
     assert [(r.prediction, r.probability, r.rawPrediction) for r in rows[:2]] == \
         [(None, None, None)] * 2

@@ -60,14 +60,14 @@ def sequence_model(tmp_path_factory):
 def _sequences(spark, n=40, seed=1):
     rng = np.random.default_rng(seed)
     seqs = [rng.integers(1, 50, size=rng.integers(1, 12)).tolist() for _ in range(n)]
-    return spark.createDataFrame(list(enumerate(seqs)), "id long, ids array<int>"), seqs
+    return data.frame(spark, list(enumerate(seqs)), "id long, ids array<int>"), seqs
 
 
 def _vectors(spark, n=1000, partitions=10):
     rng = np.random.default_rng(0)
     X = rng.normal(size=(n, 3)).astype("float32")
-    df = spark.createDataFrame([(i, x.tolist()) for i, x in enumerate(X)],
-                               "id long, x array<float>")
+    df = data.frame(spark, [(i, x.tolist()) for i, x in enumerate(X)],
+                    "id long, x array<float>")
     return df.repartition(partitions), X
 
 
@@ -109,8 +109,8 @@ def test_several_outputs_get_default_columns_named_after_them(spark, saved_model
 def test_flat_arrays_are_reshaped_to_the_signature_shape(spark, saved_models):
     rng = np.random.default_rng(1)
     images = rng.random((50, 64)).astype("float32")
-    df = spark.createDataFrame([(i, im.tolist()) for i, im in enumerate(images)],
-                               "id long, pixels array<float>")
+    df = data.frame(spark, [(i, im.tolist()) for i, im in enumerate(images)],
+                    "id long, pixels array<float>")
     model = TFModel(modelPath=saved_models["image"], inputMapping={"pixels": "image"},
                     outputMapping={"score": "score"})
     rows = model.transform(df).orderBy("id").collect()
@@ -166,8 +166,8 @@ def test_empty_dataframe_and_empty_partitions(spark, saved_models):
 
 
 def test_null_inputs_keep_their_row_with_null_outputs(spark, saved_models):
-    df = spark.createDataFrame([(1, [1.0, 1.0, 1.0]), (2, None), (3, [0.0, 0.0, 0.0])],
-                               "id long, x array<float>")
+    df = data.frame(spark, [(1, [1.0, 1.0, 1.0]), (2, None), (3, [0.0, 0.0, 0.0])],
+                    "id long, x array<float>")
     model = TFModel(modelPath=saved_models["affine"], inputMapping={"x": "x"},
                     outputMapping={"y": "y"})
     rows = {r.id: r.y for r in model.transform(df).collect()}
@@ -176,8 +176,8 @@ def test_null_inputs_keep_their_row_with_null_outputs(spark, saved_models):
 
 def test_a_null_element_inside_an_array_gives_that_row_null_outputs(spark, saved_models):
     """Issue 32: a null inside an array failed the whole job (transform and udf())."""
-    df = spark.createDataFrame([(1, [1.0, 1.0, 1.0]), (2, [1.0, None, 1.0]), (3, None),
-                                (4, [0.0, 0.0, 0.0])], "id long, x array<float>")
+    df = data.frame(spark, [(1, [1.0, 1.0, 1.0]), (2, [1.0, None, 1.0]), (3, None),
+                     (4, [0.0, 0.0, 0.0])], "id long, x array<float>")
     model = TFModel(modelPath=saved_models["affine"], inputMapping={"x": "x"},
                     outputMapping={"y": "y"})
     expected = {1: pytest.approx(7.0), 2: None, 3: None, 4: pytest.approx(1.0)}
@@ -317,7 +317,7 @@ def test_a_per_token_output_as_the_prediction_is_refused_whatever_the_rows(spark
     tokens = keras.Input((None,), dtype="int32")
     per_token = keras.layers.Dense(1)(keras.layers.Embedding(20, 4)(tokens))
     keras.Model(tokens, per_token).export(str(tmp_path / "m"), verbose=False)
-    df = spark.createDataFrame([(0, [1, 2])], "id long, tokens array<int>")
+    df = data.frame(spark, [(0, [1, 2])], "id long, tokens array<int>")
     model = TFModel(modelPath=str(tmp_path / "m"), featuresCol="tokens")
     with pytest.raises(sparktf.InvalidInputError, match="per-token output"):
         model.transform(df)
@@ -365,8 +365,8 @@ def test_an_rnn_on_an_input_of_length_none_trains_as_keras_and_scores_each_row_a
     import keras
     seqs = [[1, 2, 3], [4], [5, 6, 7, 8, 9, 1, 2], [3, 3]] * 10
     labels = np.array([len(s) for s in seqs], np.float32)
-    df = spark.createDataFrame([(s, float(y)) for s, y in zip(seqs, labels)],
-                               "features array<int>, label double").coalesce(1)
+    df = data.frame(spark, [(s, float(y)) for s, y in zip(seqs, labels)],
+                    "features array<int>, label double").coalesce(1)
     model = TFEstimator(modelFn=_embedding_gru, numWorkers=1, epochs=2, batchSize=8,
                         shuffle=False, verbose=0, hyperParams={"form": form}).fit(df)
     oracle = _embedding_gru({"form": form})
@@ -389,8 +389,8 @@ def test_nested_arrays_holding_the_inputs_size_score_as_in_fit_and_udf(spark, sa
     from pyspark.sql import functions as F
     rng = np.random.default_rng(2)
     X = rng.normal(size=(20, 3))
-    df = spark.createDataFrame([(i, [x.tolist()]) for i, x in enumerate(X)],
-                               "id long, x array<array<double>>")
+    df = data.frame(spark, [(i, [x.tolist()]) for i, x in enumerate(X)],
+                    "id long, x array<array<double>>")
     model = TFModel(modelPath=saved_models["affine"], featuresCol="x", predictionCol="y")
     rows = model.transform(df).orderBy("id").collect()
     np.testing.assert_allclose([r.y for r in rows], X.sum(axis=1) * 2 + 1, rtol=1e-5)
@@ -419,8 +419,8 @@ def test_per_token_labels_of_varying_length_train_as_keras(spark):
     import keras
     seqs = [[1, 2, 3], [4], [5, 6, 7, 8, 9, 1, 2], [3, 3]] * 4
     tags = [[t % 5 for t in s] for s in seqs]
-    df = spark.createDataFrame(list(zip(seqs, tags)),
-                               "features array<int>, label array<int>").coalesce(1)
+    df = data.frame(spark, list(zip(seqs, tags)),
+                    "features array<int>, label array<int>").coalesce(1)
     model = TFEstimator(modelFn=_tagger, numWorkers=1, epochs=2, batchSize=4, shuffle=False,
                         verbose=0).fit(df)
     expected = _tagger({}).fit(
@@ -456,8 +456,8 @@ def test_a_subclassed_model_on_words_of_any_length_scores_them(spark):
     Keras's float32 input, so a subclassed model over words trained and then could not
     score ("cannot feed input 'args_0' declares dtype float32")."""
     words = [["a", "b"], ["c"], ["a", "a", "b", "c"], ["b"]] * 4
-    df = spark.createDataFrame([(w, float(len(w))) for w in words],
-                               "features array<string>, label double").coalesce(1)
+    df = data.frame(spark, [(w, float(len(w))) for w in words],
+                    "features array<string>, label double").coalesce(1)
     model = TFEstimator(modelFn=_subclassed_words, numWorkers=1, epochs=1, batchSize=4,
                         verbose=0).fit(df)
     import tensorflow as tf
@@ -493,8 +493,8 @@ def test_a_subclassed_model_of_eleven_inputs_is_fed_each_column_in_its_place(spa
     order (args_0_10 third), so columns fed the wrong inputs, silently."""
     columns = [f"c{i}" for i in range(11)]
     rows = [tuple(int(j == i % 11) for j in range(11)) + (float(i % 11),) for i in range(22)]
-    df = spark.createDataFrame(rows, ", ".join(f"{c} int" for c in columns) +
-                               ", label double").coalesce(1)
+    df = data.frame(spark, rows, ", ".join(f"{c} int" for c in columns) +
+                    ", label double").coalesce(1)
     model = TFEstimator(modelFn=_which_input, inputCols=columns, numWorkers=1, epochs=1,
                         batchSize=4, verbose=0).fit(df)
     assert model.getInputMapping() == {c: c for c in columns}

@@ -10,6 +10,7 @@ import pytest
 
 from sparktf.errors import InvalidInputError
 from sparktf.ml import preprocessing as pp
+from tests.integration import data
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -93,7 +94,7 @@ def _adapt_all(df, column, specs):
 def test_string_and_integer_lookups_equal_keras_adapt_in_every_mode(spark):
     import tensorflow as tf
     rows = _string_rows()
-    df = spark.createDataFrame(rows, "city string, tags array<string>").repartition(2).cache()
+    df = data.frame(spark, rows, "city string, tags array<string>").repartition(2).cache()
     city = np.array([r[0] for r in rows if r[0] is not None])
     tags = tf.ragged.constant([r[1] for r in rows if r[1] is not None], dtype=tf.string)
     specs = list(_lookup_specs("StringLookup", (None, ""), MODES))
@@ -103,7 +104,7 @@ def test_string_and_integer_lookups_equal_keras_adapt_in_every_mode(spark):
     called += sum(_check(spec, entry, tags, tags)
                   for spec, entry in zip(specs, _adapt_all(df, "tags", specs)))
     integers = _integer_rows()
-    df = spark.createDataFrame(integers, "zip bigint").repartition(2).cache()
+    df = data.frame(spark, integers, "zip bigint").repartition(2).cache()
     zips = np.array([r[0] for r in integers if r[0] is not None], dtype="int64")
     specs = list(_lookup_specs("IntegerLookup", (None, 0), MODES))
     called += sum(_check(spec, entry, zips, zips)
@@ -113,7 +114,7 @@ def test_string_and_integer_lookups_equal_keras_adapt_in_every_mode(spark):
 
 def test_text_vectorization_equals_keras_adapt_in_every_mode(spark):
     rows = [(t,) for t in TEXTS * 3] + [(None,)]
-    df = spark.createDataFrame(rows, "review string").repartition(2).cache()
+    df = data.frame(spark, rows, "review string").repartition(2).cache()
     texts = np.array([r[0] for r in rows if r[0] is not None])
     specs = [pp.TextVectorization(max_tokens=max_tokens, output_mode=mode)
              for mode, max_tokens in itertools.product(MODES, MAX_TOKENS)]
@@ -127,7 +128,7 @@ def test_a_null_inner_array_holds_no_tokens_and_keeps_the_rows_others(spark):
     another), where Keras adapts on the row's tokens a, b."""
     import tensorflow as tf
     rows = [([["a", "b"], None],), ([["a", None]],), ([["c"]],), (None,)]
-    df = spark.createDataFrame(rows, "tags array<array<string>>").repartition(2)
+    df = data.frame(spark, rows, "tags array<array<string>>").repartition(2)
     tokens = tf.ragged.constant([["a", "b"], ["a"], ["c"]], dtype=tf.string)
     specs = [pp.StringLookup(output_mode=mode) for mode in ("int", "count", "tf_idf")]
     for spec, entry in zip(specs, _adapt_all(df, "tags", specs)):
@@ -135,7 +136,7 @@ def test_a_null_inner_array_holds_no_tokens_and_keeps_the_rows_others(spark):
 
 
 def test_the_issue_case_keeps_max_tokens_less_the_oov_slot(spark):
-    df = spark.createDataFrame([(t,) for t in TEXTS * 3], "review string")
+    df = data.frame(spark, [(t,) for t in TEXTS * 3], "review string")
     for mode in ("multi_hot", "count", "tf_idf"):
         state = pp.adapt(df, {"review": pp.TextVectorization(max_tokens=6, output_mode=mode)})
         assert len(state["review"]["config"]["vocabulary"]) == 5, mode
