@@ -15,6 +15,7 @@ from sparktf._driver import versions
 
 CHANNEL_HOST_CONF = "spark.sparktf.channelHost"
 CHANNEL_HOST_ENV = "SPARKTF_CHANNEL_HOST"
+_CANCELLED_TAGS: set[str] = set()  # cancel_tag: their threads submit no further job
 
 
 def is_connect(spark) -> bool:
@@ -140,11 +141,28 @@ class Session:
         (self.spark.removeTag if self.connect else self.sc.removeJobTag)(tag)
 
     def cancel_tag(self, tag: str) -> None:
-        """Cancels the running jobs tagged ``tag`` (callable from any thread)."""
+        """Cancels the running jobs tagged ``tag`` (callable from any thread); sparktf's
+        own jobs that a thread tagged ``tag`` submits afterwards are refused
+        (``cancelled_tag``) until ``forget_tag``."""
+        _CANCELLED_TAGS.add(tag)
         if self.connect:
             self.spark.interruptTag(tag)
         else:
             self.sc.cancelJobsWithTag(tag)
+
+    def cancelled_tag(self) -> str | None:
+        """The tag among this thread's job tags that ``cancel_tag`` cancelled, if any: Spark
+        cancels only the jobs running when it is called, so a job this thread submits after
+        it would run on (a trial still preparing its fit when a search stops)."""
+        if not _CANCELLED_TAGS:
+            return None
+        tags = self.spark.getTags() if self.connect else self.sc.getJobTags()
+        return next((t for t in tags if t in _CANCELLED_TAGS), None)
+
+
+def forget_tag(tag: str) -> None:
+    """Jobs tagged ``tag`` may run again (its owner is done with it)."""
+    _CANCELLED_TAGS.discard(tag)
 
 
 def num_partitions(df) -> int | None:

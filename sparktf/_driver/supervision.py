@@ -15,7 +15,7 @@ from sparktf._driver.events import EventCollector
 from sparktf._protocol import watchdog
 from sparktf._protocol.server import EventServer
 from sparktf._protocol.watchdog import Watchdog
-from sparktf.errors import JobTimeoutError, TaskStalledError
+from sparktf.errors import JobTimeoutError, SparkTFError, TaskStalledError
 
 logger = logging.getLogger("sparktf")
 
@@ -111,6 +111,11 @@ def collect(session: sessions.Session, job, timeout: float | None, what: str, ta
             timer.daemon = True
             timer.start()
         with interruptible(session, tag, what) as interrupted:
+            cancelled = session.cancelled_tag()
+            if cancelled is not None:  # Spark cancels running jobs only: this one is not
+                raise SparkTFError(f"{what}'s barrier stage was not submitted: the jobs of "
+                                   f"its thread were cancelled (job tag {cancelled!r}) while "
+                                   "it was being prepared")
             try:
                 rows = job.collect()
             except Exception as e:
@@ -127,6 +132,7 @@ def collect(session: sessions.Session, job, timeout: float | None, what: str, ta
         if timer:
             timer.cancel()
             timer.join()
+        sessions.forget_tag(tag)
         try:
             session.remove_tag(tag)
         except Exception as e:  # noqa: BLE001 - a session gone must not hide the job's error

@@ -33,6 +33,9 @@ class _Session:
         self.cancels.append(tag)
         self.cancelled.set()
 
+    def cancelled_tag(self):
+        return None  # the fit's thread was not cancelled before its job was submitted
+
 
 class _Job:
     """A barrier job's collect: the user presses Ctrl-C ``presses`` times while it runs; it

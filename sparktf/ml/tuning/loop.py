@@ -137,6 +137,8 @@ class Search:
                 self.stopping = True
                 _cancel_until_done(session, tag, set(running))
                 raise
+            finally:
+                sessions.forget_tag(tag)
         if fatal is not None:
             raise fatal
         if self.out_of_time:
