@@ -326,3 +326,24 @@ def test_a_spill_cut_short_reports_the_rows_error_not_the_writers(tmp_path, monk
     monkeypatch.setattr(shards._ShardWriter, "close", close_fails)
     with pytest.raises(ValueError, match="cut short"):
         shards.spill(rows(), str(tmp_path / "shard"), ["x"])
+
+
+def test_a_step_of_no_rows_has_a_time_step_for_a_recurrent_layer():
+    """Found when the tests' frames were partitioned as Spark partitions a list: a tf_keras
+    GRU fitted on 2 workers failed on the step where one worker had no rows, its tokens
+    padded to width 0 ("Tried to stack list which only contains uninitialized tensors").
+    A zero-row batch is one step wide (no row reads it); a batch of rows is as wide as
+    its longest."""
+    import tensorflow as tf
+
+    from sparktf.runtime.feed import tensors
+
+    empty = columns.Padded(np.zeros((0, 7), np.int32), np.zeros(0, np.int64))
+    x = tensors.to_input(empty, "tokens", (None,), "int32")
+    label = tensors.to_label(empty)
+    assert x.shape == (0, 1) and label.shape == (0, 1)
+    rows = columns.Padded(np.array([[1, 2, 0], [3, 0, 0]], np.int32), np.array([2, 1]))
+    assert tensors.to_input(rows, "tokens", (None,), "int32").shape == (2, 2)
+    gru = tf.keras.layers.GRU(3)
+    out = tf.function(lambda t: gru(tf.one_hot(t, 4)))(tf.constant(x))
+    assert out.shape == (0, 3)

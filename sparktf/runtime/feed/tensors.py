@@ -93,9 +93,16 @@ def to_input(values, column: str, shape, dtype, fixed: bool = False) -> np.ndarr
     return cast(values, dtype)
 
 
+def _longest(values: Padded) -> int:
+    """The longest row of a padded batch, 1 for a batch of no rows (a worker's empty step
+    under tf_keras's own ``fit``): a model's loop over time (an RNN's) needs a step to
+    run, over zero time steps TensorFlow cannot stack its outputs, and no row reads it."""
+    return int(values.lengths.max()) if len(values) else 1
+
+
 def _padded_to(values: Padded, column: str, shape) -> np.ndarray:
     limit = shape[0] if shape else None
-    longest = int(values.lengths.max()) if len(values) else 0
+    longest = _longest(values)
     if limit is None:
         return widen(values.values, longest)
     if longest > limit:
@@ -119,5 +126,5 @@ def to_label(values) -> np.ndarray:
     """A label batch as Keras's ``fit`` takes it from numpy: floats as float32, integers
     and booleans as they are, variable-length arrays padded to the batch's longest row."""
     if isinstance(values, Padded):
-        values = widen(values.values, int(values.lengths.max()) if len(values) else 0)
+        values = widen(values.values, _longest(values))
     return cast(values, None)
