@@ -53,14 +53,18 @@ class TFEstimator(Estimator, _TFEstimatorParams, MLReadable, MLWritable):
     modelFn : callable
         ``hparams -> compiled keras.Model``; ``hparams`` holds ``hyperParams`` plus
         ``learningRate``, ``epochs`` and ``batchSize``.
-    featuresCol, inputCols : str, list of str
-        Input columns: one column of any kind (numbers, strings, binary, arrays, nested
-        arrays, ml Vectors), or several for a multi-input model, in the model's input
-        order or named after its inputs. Left unset with no ``features`` column, every
-        input named after a column is fed from it.
-    labelCol, labelCols : str, list of str
-        A numeric or array label; or several, one per output of a multi-output model
-        (matched to the outputs by name, else in order).
+    featuresCol : str
+        The input column, of any kind (numbers, strings, binary, arrays, nested arrays,
+        ml Vectors).
+    inputCols : list of str
+        Several input columns for a multi-input model, in the model's input order or
+        named after its inputs. With neither set and no ``features`` column, every input
+        named after a column is fed from it.
+    labelCol : str
+        The label column, numeric or an array.
+    labelCols : list of str
+        Several label columns, one per output of a multi-output model (matched to the
+        outputs by name, else in order).
     outputMapping : dict, optional
         Carried to the ``TFModel``: signature output name -> column. Unset, each output of
         a multi-output model goes to the column ``<output>_<predictionCol>``
