@@ -28,58 +28,58 @@ def rows(X, y):
 
 
 LOCAL_RELATION = "spark.sql.execution.arrow.localRelationThreshold"
+BATCH_ROWS = "spark.sql.execution.arrow.maxRecordsPerBatch"
 
 
 def frame(spark, rows, schema: str):
     """``spark.createDataFrame(rows, schema)`` (a DDL string): the same rows, values (a NaN
-    stays a NaN, a None a null) and partitions (``_sizes``), made in Spark's JVM from Arrow
-    record batches, one per partition, so that no Python worker of the executors runs.
-    ``createDataFrame`` from a Python list runs a Python stage on the executors at every
-    action on the frame, in their default ``python3`` (the tests set no ``PYSPARK_PYTHON``),
-    where pyspark's per-task ``importlib.invalidate_caches()`` rereads pyspark.zip's
-    directory (~0.2 s of CPU a task): a tenth of the CPU of a module of fits
+    stays a NaN, a None a null) and partitions (``_sizes``), made in Spark's JVM from one
+    Arrow table of a record batch per partition, so that no Python worker of the executors
+    runs. ``createDataFrame`` from a Python list runs a Python stage on the executors at
+    every action on the frame, in their default ``python3`` (the tests set no
+    ``PYSPARK_PYTHON``), where pyspark's per-task ``importlib.invalidate_caches()`` rereads
+    pyspark.zip's directory (~0.2 s of CPU a task): a tenth of the CPU of a module of fits
     (tests/integration/test_estimator.py), none of it sparktf's.
 
-    The frame is a union of RDD scans, as a frame from a list or a file is, not the
-    driver-side ``LocalRelation`` that small Arrow data becomes: on one, ``collect`` starts
+    The frame is one scan of an RDD of those partitions, as a frame from a list is: not the
+    driver-side ``LocalRelation`` that small Arrow data becomes (on one, ``collect`` starts
     no job and the optimizer evaluates ``spark_partition_id()`` and
-    ``monotonically_increasing_id()`` as if every row were in partition 0. pyspark 3.5
-    makes no frame from an Arrow table: there, and for no rows, this is ``createDataFrame``
-    itself."""
-    import functools
-
+    ``monotonically_increasing_id()`` as if every row were in partition 0), and not a union
+    of scans (a barrier stage refuses one, and sparktf's fit would shuffle the rows first).
+    Arrow sends no empty batch: where a partition would be empty (fewer rows than
+    partitions), and on pyspark 3.5 (no frame from an Arrow table), this is
+    ``createDataFrame`` itself. Rows are converted by pyarrow: looser than
+    ``createDataFrame`` (1.5 into a bigint is 1), and a naive datetime is taken as UTC."""
     import pyarrow as pa
     import pyspark
-    from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import _parse_datatype_string
 
     rows = [tuple(r) for r in rows]
-    if int(pyspark.__version__.split(".")[0]) < 4 or not rows:  # (a union of empty
-        return spark.createDataFrame(rows, schema)  # scans runs one: its partitions go)
+    sizes = _sizes(len(rows), spark.sparkContext.defaultParallelism)
+    if int(pyspark.__version__.split(".")[0]) < 4 or 0 in sizes:
+        return spark.createDataFrame(rows, schema)
     struct = _parse_datatype_string(schema)
     arrow = to_arrow_schema(struct)
-    before = spark.conf.get(LOCAL_RELATION, None)
-    spark.conf.set(LOCAL_RELATION, "0")  # an RDD however small
-    pieces, start = [], 0
+    batches, start = [], 0
+    for size in sizes:
+        part = rows[start:start + size]
+        start += size
+        batches.append(pa.RecordBatch.from_arrays(
+            [pa.array([r[j] for r in part], type=field.type) for j, field in enumerate(arrow)],
+            schema=arrow))
+    settings = {LOCAL_RELATION: "0", BATCH_ROWS: str(max(sizes))}  # an RDD, a batch a part
+    before = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
     try:
-        for p, size in enumerate(_sizes(len(rows), spark.sparkContext.defaultParallelism)):
-            part = rows[start:start + size]
-            start += size
-            if part:
-                pieces.append(spark.createDataFrame(pa.Table.from_arrays(
-                    [pa.array([r[j] for r in part], type=field.type)
-                     for j, field in enumerate(arrow)], schema=arrow), struct))
-            else:  # Arrow sends no empty batch: an empty partition of a range (one of
-                # its own: a union of identical empty plans runs one of them)
-                pieces.append(spark.range(p, p + 1, 1, 1).where(F.col("id") < p).select(
-                    *[F.lit(None).cast(f.dataType).alias(f.name) for f in struct]))
+        return spark.createDataFrame(pa.Table.from_batches(batches, schema=arrow), struct)
     finally:
-        if before is None:
-            spark.conf.unset(LOCAL_RELATION)
-        else:
-            spark.conf.set(LOCAL_RELATION, before)
-    return functools.reduce(lambda a, b: a.union(b), pieces)
+        for key, value in before.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
 
 
 def _sizes(n: int, slices: int) -> list[int]:

@@ -10,8 +10,10 @@ from tests.integration import data
 @pytest.mark.parametrize("n", [0, 1, 5, 3000])
 def test_a_frame_is_createDataFrame_of_its_list(spark, n):
     """The same partitions, rows, NaNs and nulls, and the same ``spark_partition_id()`` and
-    ``monotonically_increasing_id()`` of every row (sparktf numbers rows with it); and the
-    rows are read by a job, as from any frame not held on the driver."""
+    ``monotonically_increasing_id()`` of every row (sparktf numbers rows with it); the rows
+    are read by a job, as from any frame not held on the driver, and a barrier stage runs
+    on the frame's own partitions, as sparktf's fit does where Spark lets it (found by
+    review: a union of one scan per partition made every fit shuffle its rows first)."""
     rows = [(float(i) if i % 4 else float("nan"), i if i % 3 else None,
              [float("nan"), None] if i == 1 else [float(i)], {"k": float(i)} if i % 2 else None)
             for i in range(n)]
@@ -32,3 +34,5 @@ def test_a_frame_is_createDataFrame_of_its_list(spark, n):
         finally:
             spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
         assert tracker.getJobIdsForGroup(group), "collect ran no job: a driver-side relation"
+        barrier = made.rdd.barrier().mapPartitions(lambda part: [sum(1 for _ in part)])
+        assert barrier.collect() == sizes[0]

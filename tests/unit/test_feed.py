@@ -328,22 +328,33 @@ def test_a_spill_cut_short_reports_the_rows_error_not_the_writers(tmp_path, monk
         shards.spill(rows(), str(tmp_path / "shard"), ["x"])
 
 
-def test_a_step_of_no_rows_has_a_time_step_for_a_recurrent_layer():
+def test_a_step_of_no_rows_has_a_time_step_for_a_recurrent_layer(tmp_path):
     """Found when the tests' frames were partitioned as Spark partitions a list: a tf_keras
     GRU fitted on 2 workers failed on the step where one worker had no rows, its tokens
-    padded to width 0 ("Tried to stack list which only contains uninitialized tensors").
-    A zero-row batch is one step wide (no row reads it); a batch of rows is as wide as
-    its longest."""
+    padded to width 0 ("Tried to stack list which only contains uninitialized tensors");
+    and (found by review) a Keras 3 GRU on a worker with no rows at all, whose stand-in row
+    was of length 0. A zero-row batch and a stand-in row are one step wide (no row reads
+    it, the stand-in counts for nothing); a batch of rows is as wide as its longest. Both
+    GRUs run on them as the fit traces its step: on tokens of any length."""
     import tensorflow as tf
+    import tf_keras
 
     from sparktf.runtime.feed import tensors
 
     empty = columns.Padded(np.zeros((0, 7), np.int32), np.zeros(0, np.int64))
     x = tensors.to_input(empty, "tokens", (None,), "int32")
-    label = tensors.to_label(empty)
-    assert x.shape == (0, 1) and label.shape == (0, 1)
+    assert x.shape == (0, 1) and tensors.to_label(empty).shape == (0, 1)
     rows = columns.Padded(np.array([[1, 2, 0], [3, 0, 0]], np.int32), np.array([2, 1]))
     assert tensors.to_input(rows, "tokens", (None,), "int32").shape == (2, 2)
-    gru = tf.keras.layers.GRU(3)
-    out = tf.function(lambda t: gru(tf.one_hot(t, 4)))(tf.constant(x))
-    assert out.shape == (0, 3)
+    path = str(tmp_path / "tokens.arrow")
+    shard, _ = shards.spill([pa.RecordBatch.from_arrays(
+        [pa.array([], type=pa.list_(pa.int32()))], names=["tokens"])], path, ("tokens",))
+    infos = {"tokens": columns.ColumnInfo(dtype="int32", shape=(None,), longest=7)}
+    stand_in = shards.stand_in_batch(shard, ["tokens"], infos)["tokens"]
+    alone = tensors.to_input(stand_in, "tokens", (None,), "int32")
+    assert alone.shape == (1, 1)
+    for gru in (tf.keras.layers.GRU(3), tf_keras.layers.GRU(3)):  # Keras 3, tf_keras
+        step = tf.function(lambda t, gru=gru: gru(tf.one_hot(t, 4)),
+                           input_signature=[tf.TensorSpec((None, None), tf.int32)])
+        assert step(tf.constant(x)).shape == (0, 3)
+        assert step(tf.constant(alone)).shape == (1, 3)

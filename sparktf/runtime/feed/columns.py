@@ -357,9 +357,12 @@ def empty_values(info: ColumnInfo):
 
 
 def zero_row(empty):
-    """One row of zeros ("" for text) shaped as ``empty``, zero rows of a column."""
+    """One row of zeros ("" for text) shaped as ``empty``, zero rows of a column; a row of
+    varying length is one step long (found by review: of length 0, the stand-in row of a
+    worker without rows made a (1, 0) batch, over which a GRU cannot run)."""
     if isinstance(empty, Padded):
-        return Padded(zero_row(empty.values), np.zeros(1, np.int64))
+        values = zero_row(empty.values)
+        return Padded(widen(values, max(1, values.shape[1])), np.ones(1, np.int64))
     if empty.dtype == object:
         return np.full((1, *empty.shape[1:]), "", dtype=object)
     return np.zeros((1, *empty.shape[1:]), empty.dtype)
