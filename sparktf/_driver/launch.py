@@ -263,7 +263,7 @@ def _run_stage(session: sessions.Session, stage: LaunchSpec, df, collector: Even
             try:
                 with supervision.cancel_after_failure(session, collector, tag):
                     rows = supervision.collect(session, job, stage.timeout, stage.what, tag)
-            except JobTimeoutError:
+            except (JobTimeoutError, supervision.NotSubmittedError):
                 raise
             except Exception as e:
                 if collector.stalled is not None:

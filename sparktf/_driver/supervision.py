@@ -20,6 +20,11 @@ from sparktf.errors import JobTimeoutError, SparkTFError, TaskStalledError
 logger = logging.getLogger("sparktf")
 
 
+class NotSubmittedError(SparkTFError):
+    """A barrier job not submitted: the jobs of its thread were cancelled (``collect``). Not a
+    failure of the job: raised as it is, not as one Spark reported."""
+
+
 # After a task reports a failure, the driver hangs up on every task and each ends its
 # process and itself within a second or two. One that cannot hear the channel (or is
 # still reading a large partition) is stopped through Spark after this long.
@@ -113,9 +118,9 @@ def collect(session: sessions.Session, job, timeout: float | None, what: str, ta
         with interruptible(session, tag, what) as interrupted:
             cancelled = session.cancelled_tag()
             if cancelled is not None:  # Spark cancels running jobs only: this one is not
-                raise SparkTFError(f"{what}'s barrier stage was not submitted: the jobs of "
-                                   f"its thread were cancelled (job tag {cancelled!r}) while "
-                                   "it was being prepared")
+                raise NotSubmittedError(
+                    f"{what}'s barrier stage was not submitted: the jobs of its thread were "
+                    f"cancelled (job tag {cancelled!r}) while it was being prepared")
             try:
                 rows = job.collect()
             except Exception as e:

@@ -112,3 +112,24 @@ def test_a_stage_cancelled_from_outside_the_fit_says_so_and_is_not_relaunched():
            "cancellation of all jobs" in str(error)
     assert "failed before any task reported an error" not in str(error)
     assert not failures.FailurePolicy(max_retries=3).decide(error, 0).retry
+
+
+def test_a_thread_whose_jobs_were_cancelled_submits_no_barrier_job():
+    """Spark cancels only the jobs running when it is asked: a trial still preparing its fit
+    when a search's maxTime ran out submitted its job after the cancel. ``collect`` refuses
+    it, with an error that says so (and that launch raises as it is, not as a failure Spark
+    reported)."""
+
+    class Cancelled(_Session):
+        def cancelled_tag(self):
+            return "sparktf-search-1"
+
+    class NeverRun(_Job):
+        def collect(self):
+            raise AssertionError("the barrier job was submitted")
+
+    session = Cancelled()
+    with pytest.raises(supervision.NotSubmittedError,
+                       match="not submitted: the jobs of its thread were cancelled "
+                             r"\(job tag 'sparktf-search-1'\)"):
+        supervision.collect(session, NeverRun(session), None, "TFEstimator.fit", "sparktf-t")
