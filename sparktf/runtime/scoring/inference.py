@@ -96,7 +96,8 @@ def score_arrays(spec: ScoreSpec, columns: Iterator[Sequence[pa.Array]], report=
     ``columns`` yields, per Arrow batch, one array per ``spec.inputs`` binding. The calls
     (``scoring_calls``) take the partition's rows ``batchSize`` at a time, rows of an
     unmasked input of length None by their lengths: how rows are batched never changes a
-    row's outputs. ``report`` takes (calls, rows, longest grouped length) at the end.
+    row's outputs beyond float rounding. ``report`` takes (calls, rows, longest grouped
+    length) at the end.
     """
     worker_tuning.configure(spec.worker_tuning)
     worker_tuning.lazy_zip_imports()  # ~0.2 s of CPU less for each later task of this worker
