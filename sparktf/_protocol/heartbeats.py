@@ -45,13 +45,22 @@ class Heartbeat:
 
     @contextlib.contextmanager
     def during(self, where: str, epoch: int):
-        """Heartbeats every ``interval_s`` while the block runs: for one long call that
-        makes progress of its own (an export), not for waits on other workers."""
+        """Heartbeats while the block runs and works: for one long call that makes progress
+        of its own (an export), not for waits on other workers. Every ``interval_s``, a
+        heartbeat goes out only if this process used a tenth of that interval's CPU or wrote
+        ``WORKING_WRITE_BYTES`` since the last look (``_work_done``): an export blocked (on
+        a file system, a collective whose peer is gone) is silent, and the driver's
+        watchdog names it after ``stallTimeout``, as a blocked step."""
         stop = threading.Event()
 
         def keep_alive():
+            before = _work_done()
             while not stop.wait(self.interval_s):
-                self(where, epoch)
+                now = _work_done()
+                if (now[0] - before[0] >= WORKING_CPU_SHARE * self.interval_s
+                        or now[1] - before[1] >= WORKING_WRITE_BYTES):
+                    self(where, epoch)
+                before = now
 
         self(where, epoch)
         thread = threading.Thread(target=keep_alive, name="sparktf-heartbeat", daemon=True)
@@ -66,6 +75,25 @@ class Heartbeat:
         """This rank's work is done: the driver stops watching it (it may wait a while at
         the exit barrier for the others)."""
         self.ctx.emit("heartbeat", role=self.role, where=FINISHED, epoch=None, step=None)
+
+
+WORKING_CPU_SHARE = 0.1  # of a core, over a heartbeat's interval
+WORKING_WRITE_BYTES = 64 << 10  # a heartbeat itself writes ~200 bytes to its socket
+
+
+def _work_done() -> tuple[float, int]:
+    """(this process's CPU seconds, every thread's; bytes it wrote, to files and sockets,
+    where Linux's ``/proc/self/io`` tells them, else 0)."""
+    written = 0
+    try:
+        with open("/proc/self/io") as io:
+            for line in io:
+                if line.startswith("wchar:"):
+                    written = int(line.split()[1])
+                    break
+    except OSError:
+        pass
+    return time.process_time(), written
 
 
 def report_epoch(ctx, epoch: int, epochs: int, logs: dict, rows: int, seconds: float) -> None:

@@ -1,11 +1,11 @@
 """Stall detection on the driver: a rank that stops sending heartbeats is named and stopped.
 
 Training tasks send a heartbeat every few seconds while they make progress (training
-and validation steps, an export) and whenever they enter a new phase (callbacks,
-validation, checkpoint). A rank is watched from its first heartbeat on, so loading
-data never counts as a stall, and until it says it finished, so waiting for the
-others at the end never counts either. One thread waits on a
-condition with a timeout until the oldest heartbeat is ``timeout_s`` old, then
+and validation steps; an export while it uses CPU or writes, ``heartbeats.during``) and
+whenever they enter a new phase (callbacks, validation, checkpoint, export). A rank is
+watched from its first heartbeat on, so loading data never counts as a stall, and until
+it says it finished, so waiting for the others at the end never counts either. One
+thread waits on a condition with a timeout until the oldest heartbeat is ``timeout_s`` old, then
 calls ``on_stall`` once with the rank to blame and what every rank was last doing.
 
 The rank to blame is the one furthest behind, not simply the quietest: when one

@@ -347,3 +347,45 @@ def test_a_stalled_rank_is_named_and_the_attempt_stopped(spark):
     assert "no progress for 8 s" in info.value.message
     assert "last seen in Keras callbacks (epoch 1)" in info.value.message
     assert wait_gone(child_pids()) == []
+
+
+def linear_whose_export_blocks_on_rank_1(hparams):
+    """``linear`` after a layer whose ``get_config`` never returns on rank 1 once training
+    ended (``TrainingEnded``): the export (``model.save`` asks every layer its config)
+    blocks there as on a file system that stopped answering."""
+    import keras
+
+    class Blocks(keras.layers.Layer):
+        def call(self, x):
+            return x
+
+        def get_config(self):
+            if os.environ.get("SPARKTF_TEST_TRAINED") and _rank() == 1:
+                import threading
+                threading.Event().wait()
+            return super().get_config()
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((3,)), Blocks(), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.Adam(hparams["learningRate"]), loss="mse")
+    return model
+
+
+class TrainingEnded(keras.callbacks.Callback):
+    def on_train_end(self, logs=None):
+        os.environ["SPARKTF_TEST_TRAINED"] = "1"
+
+
+def test_an_export_that_blocks_is_named_and_the_attempt_stopped(spark):
+    """Found by reading the heartbeats: the export sent one every 2 s whatever it did, so an
+    export blocked on rank 1 hung the fit for good. A heartbeat of the export now goes out
+    only when the process worked (CPU or writes) since the last."""
+    est = TFEstimator(modelFn=linear_whose_export_blocks_on_rank_1, numWorkers=2, epochs=1,
+                      batchSize=32, stallTimeout=8, callbacks=[TrainingEnded()])
+    started = time.monotonic()
+    with pytest.raises(sparktf.TaskStalledError) as info:
+        est.fit(_frame(spark))
+    assert time.monotonic() - started < 120
+    assert (info.value.rank, info.value.role) == (1, "worker:1")
+    assert "last seen exporting the trained model (epoch 1)" in info.value.message
+    assert wait_gone(child_pids()) == []
