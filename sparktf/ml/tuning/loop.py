@@ -108,36 +108,40 @@ class Search:
                 session.remove_tag(tag)
 
         fatal = None
-        with futures.ThreadPoolExecutor(parallelism, thread_name_prefix="sparktf-trial") \
-                as pool:
-            running: dict = {}
-            try:
-                while True:
-                    while fatal is None and not self._time_is_up() and \
-                            len(running) < parallelism:
-                        job = self.pending.pop(0) if self.pending else self.schedule.next_job()
-                        if job is None:
+        running: dict = {}
+        try:
+            with futures.ThreadPoolExecutor(parallelism, thread_name_prefix="sparktf-trial") \
+                    as pool:
+                try:
+                    while True:
+                        while fatal is None and not self._time_is_up() and \
+                                len(running) < parallelism:
+                            job = self.pending.pop(0) if self.pending else self.schedule.next_job()
+                            if job is None:
+                                break
+                            self._starting(*job)
+                            running[pool.submit(_inheritable(spark)(train),
+                                                job[0], job[2])] = job
+                        if not running:
                             break
-                        self._starting(*job)
-                        running[pool.submit(_inheritable(spark)(train),
-                                            job[0], job[2])] = job
-                    if not running:
-                        break
-                    if fatal is not None or self.out_of_time:  # their ends collected
-                        _cancel_until_done(session, tag, set(running))
-                    done, _ = futures.wait(running, timeout=self._time_left(),
-                                           return_when=futures.FIRST_COMPLETED)
-                    for future in done:
-                        error = self._collect(future, running.pop(future))
-                        fatal = fatal or error  # the first: the others are its cancels
-                        self.stopping = fatal is not None
-                    if fatal is None:  # a search that fails is resumed with what it had
-                        self._give_back()
-            except BaseException:  # Ctrl-C: the running trials' jobs go, then the pool
-                self.stopping = True
-                _cancel_until_done(session, tag, set(running))
-                raise
-            finally:
+                        if fatal is not None or self.out_of_time:  # their ends collected
+                            _cancel_until_done(session, tag, set(running))
+                        done, _ = futures.wait(running, timeout=self._time_left(),
+                                               return_when=futures.FIRST_COMPLETED)
+                        for future in done:
+                            error = self._collect(future, running.pop(future))
+                            fatal = fatal or error  # the first: the others are its cancels
+                            self.stopping = fatal is not None
+                        if fatal is None:  # a search that fails is resumed with what it had
+                            self._give_back()
+                except BaseException:  # Ctrl-C: the running trials' jobs go, then the pool
+                    self.stopping = True
+                    _cancel_until_done(session, tag, set(running))
+                    raise
+        finally:
+            # a cancelled tag is kept while a trial's thread may still submit a job: a
+            # second Ctrl-C ends _cancel_until_done, and a third the pool's wait for them
+            if all(future.done() for future in running):
                 sessions.forget_tag(tag)
         if fatal is not None:
             raise fatal
