@@ -7,6 +7,7 @@ driver's watchdog and progress display see the same events from both.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 
@@ -47,10 +48,12 @@ class Heartbeat:
     def during(self, where: str, epoch: int):
         """Heartbeats while the block runs and works: for one long call that makes progress
         of its own (an export), not for waits on other workers. Every ``interval_s``, a
-        heartbeat goes out only if this process used a tenth of that interval's CPU or wrote
-        ``WORKING_WRITE_BYTES`` since the last look (``_work_done``): an export blocked (on
-        a file system, a collective whose peer is gone) is silent, and the driver's
-        watchdog names it after ``stallTimeout``, as a blocked step."""
+        heartbeat goes out only if, since the last look, this process's threads ran or
+        waited to run (on a busy machine) for a tenth of that interval, or read or wrote
+        ``WORKING_IO_BYTES_PER_S`` times the interval (``_work_done``: an upload to remote
+        storage reads the files it sends): an export blocked (on a file system, a
+        collective whose peer is gone) is silent, and the driver's watchdog names it after
+        ``stallTimeout``, as a blocked step."""
         stop = threading.Event()
 
         def keep_alive():
@@ -58,7 +61,7 @@ class Heartbeat:
             while not stop.wait(self.interval_s):
                 now = _work_done()
                 if (now[0] - before[0] >= WORKING_CPU_SHARE * self.interval_s
-                        or now[1] - before[1] >= WORKING_WRITE_BYTES):
+                        or now[1] - before[1] >= WORKING_IO_BYTES_PER_S * self.interval_s):
                     self(where, epoch)
                 before = now
 
@@ -78,22 +81,42 @@ class Heartbeat:
 
 
 WORKING_CPU_SHARE = 0.1  # of a core, over a heartbeat's interval
-WORKING_WRITE_BYTES = 64 << 10  # a heartbeat itself writes ~200 bytes to its socket
+# a blocked rank reads and writes ~1 KB a look (its heartbeats, gRPC's wake-ups): far less
+WORKING_IO_BYTES_PER_S = 32 << 10
 
 
 def _work_done() -> tuple[float, int]:
-    """(this process's CPU seconds, every thread's; bytes it wrote, to files and sockets,
-    where Linux's ``/proc/self/io`` tells them, else 0)."""
-    written = 0
+    """(seconds this process used CPU, and its threads waited to run; bytes it read and wrote
+    through files and pipes), less what the thread looking did itself. Linux tells both in
+    ``/proc``; elsewhere, the process's CPU seconds and 0 bytes.
+
+    Waiting to run counts as working: a process starved of CPU (``nice`` beside busy
+    ones) is not blocked. A socket's ``send`` is not counted by Linux, but an upload
+    reads the files it sends as it goes (``storage.put_dir``)."""
+    global _read_by_looks
+    waited, looking = 0, str(threading.get_native_id())
     try:
-        with open("/proc/self/io") as io:
-            for line in io:
-                if line.startswith("wchar:"):
-                    written = int(line.split()[1])
-                    break
-    except OSError:
-        pass
-    return time.process_time(), written
+        for thread in os.listdir("/proc/self/task"):
+            if thread == looking:  # its own waits after each look are not work
+                continue
+            try:
+                with open(f"/proc/self/task/{thread}/schedstat", "rb") as stat:
+                    text = stat.read()
+            except OSError:  # the thread ended since the listing
+                continue
+            _read_by_looks += len(text)
+            waited += int(text.split()[1])
+        with open("/proc/self/io", "rb") as io:
+            text = io.read()
+    except (OSError, ValueError, IndexError):
+        return time.process_time() - time.thread_time(), 0
+    figures = dict(line.split(b": ") for line in text.splitlines() if b": " in line)
+    io_bytes = int(figures[b"rchar"]) + int(figures[b"wchar"]) - _read_by_looks
+    _read_by_looks += len(text)
+    return time.process_time() - time.thread_time() + waited / 1e9, io_bytes
+
+
+_read_by_looks = 0  # bytes ``_work_done`` read from /proc: not the process's work
 
 
 def report_epoch(ctx, epoch: int, epochs: int, logs: dict, rows: int, seconds: float) -> None:

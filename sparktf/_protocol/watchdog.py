@@ -1,7 +1,7 @@
 """Stall detection on the driver: a rank that stops sending heartbeats is named and stopped.
 
 Training tasks send a heartbeat every few seconds while they make progress (training
-and validation steps; an export while it uses CPU or writes, ``heartbeats.during``) and
+and validation steps; an export while it works, ``heartbeats.during``) and
 whenever they enter a new phase (callbacks, validation, checkpoint, export). A rank is
 watched from its first heartbeat on, so loading data never counts as a stall, and until
 it says it finished, so waiting for the others at the end never counts either. One

@@ -335,9 +335,10 @@ def test_a_step_of_no_rows_has_a_time_step_for_a_recurrent_layer(tmp_path, keras
     padded to width 0 ("Tried to stack list which only contains uninitialized tensors");
     and (found by review) a Keras 3 GRU on a worker with no rows at all, whose stand-in row
     was of length 0. A zero-row batch and a stand-in row are one step wide (no row reads
-    it, the stand-in counts for nothing); a batch of rows is as wide as its longest. Both
-    GRUs run on them as the fit traces its step: on tokens of any length. tf_keras is not
-    in the lowest and newest environments; there its case skips."""
+    it, the stand-in counts for nothing); a batch of rows is as wide as its longest. Each
+    case's GRU (Keras 3, tf_keras) runs on them as the fit traces its step: on tokens of
+    any length. tf_keras is not in the lowest and newest environments; there its case
+    skips."""
     import tensorflow as tf
 
     keras = pytest.importorskip(keras_module)

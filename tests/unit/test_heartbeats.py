@@ -2,8 +2,12 @@
 it is blocked, so that the driver's watchdog can name a blocked export."""
 
 import os
+import subprocess
+import sys
 import threading
 import time
+
+import pytest
 
 from sparktf._protocol import heartbeats
 
@@ -12,51 +16,122 @@ class _Context:
     jobName, taskIndex, isChief = "worker", 1, False
 
     def __init__(self):
-        self.beats = []
+        self.beats, self.times = [], []
 
     def emit(self, kind, **event):
         self.beats.append((kind, event["where"]))
+        self.times.append(time.monotonic())
 
 
-def _beats_during(work) -> int:
+INTERVAL_S = 0.2
+
+
+def _beats_during(work, times=False):
+    """How many heartbeats went out while ``work()`` ran (and, with ``times``, when,
+    in seconds from its start)."""
     ctx = _Context()
     beat = heartbeats.Heartbeat(ctx)
-    beat.interval_s = 0.05
+    beat.interval_s = INTERVAL_S
+    start = time.monotonic()
     with beat.during("exporting", 2):
         work()
     assert set(ctx.beats) == {("heartbeat", "exporting")}
+    if times:
+        return [round(t - start, 2) for t in ctx.times]
     return len(ctx.beats)
 
 
-def test_a_blocked_block_sends_only_its_first_heartbeat():
-    assert _beats_during(lambda: threading.Event().wait(1.0)) == 1
+def test_a_blocked_block_is_silent_after_its_first_heartbeat():
+    """Blocked for 2 s (10 looks): the heartbeat at its start, none from the first second
+    on. (On a starved machine the block's own start, waiting to run, may count as work
+    at the first look.)"""
+    sent = _beats_during(lambda: threading.Event().wait(2.0), times=True)
+    print(f"heartbeats at {sent} s of a block of 2 s")
+    assert sent[0] < INTERVAL_S and all(t < 1.0 for t in sent)
 
 
 def test_a_block_using_cpu_sends_heartbeats_throughout():
+    """2 s of this process's CPU, however long a busy machine makes it take."""
     def spin():
-        end = time.monotonic() + 1.0
-        while time.monotonic() < end:
+        end = time.process_time() + 2.0
+        while time.process_time() < end:
             sum(range(1000))
 
     beats = _beats_during(spin)
-    print(f"{beats} heartbeats in 1 s of CPU at one each 0.05 s")
+    print(f"{beats} heartbeats in 2 s of CPU, looks every {INTERVAL_S} s")
     assert beats >= 5
 
 
-def test_a_block_writing_sends_heartbeats_throughout():
-    """Writing with little CPU, as an upload to remote storage does (a socket's writes
-    count as a file's); Linux only (``/proc/self/io``)."""
-    if not os.path.exists("/proc/self/io"):
-        import pytest
-        pytest.skip("no /proc/self/io: only CPU counts as work here")
-    chunk = b"x" * heartbeats.WORKING_WRITE_BYTES
-
-    def write():
+def _io_block(step):
+    """``step()`` with pauses, as an upload does between its chunks, until 2 s passed."""
+    def work():
         pause = threading.Event()
-        with open(os.devnull, "wb", buffering=0) as sink:
-            end = time.monotonic() + 1.0
-            while time.monotonic() < end:
-                sink.write(chunk)
-                pause.wait(0.01)
+        end = time.monotonic() + 2.0
+        while time.monotonic() < end:
+            step()
+            pause.wait(0.01)
+    return work
 
-    assert _beats_during(write) >= 5
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/io"),
+                    reason="no /proc/self/io: only CPU counts as work here")
+def test_a_block_writing_sends_heartbeats_throughout():
+    chunk = b"x" * (heartbeats.WORKING_IO_BYTES_PER_S // 4)
+    with open(os.devnull, "wb", buffering=0) as sink:
+        beats = _beats_during(_io_block(lambda: sink.write(chunk)))
+    assert beats >= 5
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/io"),
+                    reason="no /proc/self/io: only CPU counts as work here")
+def test_a_block_reading_sends_heartbeats_throughout(tmp_path):
+    """An upload to remote storage reads the files it sends (a socket's sends are not
+    counted by Linux)."""
+    source = tmp_path / "variables.data"
+    source.write_bytes(os.urandom(heartbeats.WORKING_IO_BYTES_PER_S // 4))
+    with open(source, "rb", buffering=0) as part:
+        def read():
+            part.seek(0)
+            part.read()
+        beats = _beats_during(_io_block(read))
+    assert beats >= 5
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"),
+                    reason="no /proc/self/task: waiting to run is not seen here")
+def test_a_block_starved_of_cpu_sends_heartbeats_throughout():
+    """A process that wants to run but is given almost no CPU (``nice`` 19 beside a busy
+    process on each core) is working, not blocked. Run in a child pinned to one core
+    with a burner on it, so the starving is the same on any machine."""
+    if not hasattr(os, "sched_setaffinity"):
+        pytest.skip("no CPU affinity here")
+    core = min(os.sched_getaffinity(0))
+    burner = subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                              preexec_fn=lambda: os.sched_setaffinity(0, {core}))
+    try:
+        child = subprocess.run(
+            [sys.executable, "-c", _STARVED, str(core)], capture_output=True, text=True,
+            timeout=120)
+    finally:
+        burner.kill()
+        burner.wait()
+    assert child.returncode == 0, child.stderr
+    beats, cpu = child.stdout.split()
+    print(f"starved: {beats} heartbeats in 4 s, {float(cpu):.3f} s of CPU")
+    assert int(beats) >= 5
+
+
+_STARVED = """
+import os, sys, time
+from tests.unit.test_heartbeats import _beats_during
+os.sched_setaffinity(0, {int(sys.argv[1])})  # starved from here on, imports done
+os.nice(19)
+start = time.process_time()
+
+def spin():
+    end = time.monotonic() + 4.0
+    while time.monotonic() < end:
+        sum(range(100))
+
+print(_beats_during(spin), time.process_time() - start)
+"""

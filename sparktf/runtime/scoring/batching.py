@@ -2,7 +2,7 @@
 partition, each call of ``batchSize`` rows but for the last of each length.
 
 How rows are batched never changes a row's outputs beyond float rounding (a row's place
-in its call can change their last bit, as in Keras's own ``predict``):
+in its call can change the last bit of an output, as in Keras's own ``predict``):
 - an input of fixed shape: rows are carried across Arrow batches, so that every call but
   the partition's last has ``batchSize`` rows;
 - an input of length ``None`` that the model masks (``ScoreSpec.padding``, found from the
