@@ -50,20 +50,17 @@ class Heartbeat:
         of its own (an export), not for waits on other workers. Every ``interval_s``, a
         heartbeat goes out only if, since the last look, this process's threads ran or
         waited to run (on a busy machine) for a tenth of that interval, or read or wrote
-        ``WORKING_IO_BYTES_PER_S`` times the interval (``_work_done``: an upload to remote
+        ``WORKING_IO_BYTES_PER_S`` times the interval (``_WorkMeter``: an upload to remote
         storage reads the files it sends): an export blocked (on a file system, a
         collective whose peer is gone) is silent, and the driver's watchdog names it after
         ``stallTimeout``, as a blocked step."""
         stop = threading.Event()
 
         def keep_alive():
-            before = _work_done()
+            meter = _WorkMeter()
             while not stop.wait(self.interval_s):
-                now = _work_done()
-                if (now[0] - before[0] >= WORKING_CPU_SHARE * self.interval_s
-                        or now[1] - before[1] >= WORKING_IO_BYTES_PER_S * self.interval_s):
+                if meter.worked(self.interval_s):
                     self(where, epoch)
-                before = now
 
         self(where, epoch)
         thread = threading.Thread(target=keep_alive, name="sparktf-heartbeat", daemon=True)
@@ -85,14 +82,43 @@ WORKING_CPU_SHARE = 0.1  # of a core, over a heartbeat's interval
 WORKING_IO_BYTES_PER_S = 32 << 10
 
 
-def _work_done() -> tuple[float, int]:
-    """(seconds this process used CPU, and its threads waited to run; bytes it read and wrote
-    through files and pipes), less what the thread looking did itself. Linux tells both in
-    ``/proc``; elsewhere, the process's CPU seconds and 0 bytes.
+class _WorkMeter:
+    """Whether this process worked since the last look: CPU it used (not counting the
+    thread that looks); else, where Linux tells them in ``/proc``, the time its threads
+    waited to run and the bytes it read and wrote through files and pipes.
 
     Waiting to run counts as working: a process starved of CPU (``nice`` beside busy
     ones) is not blocked. A socket's ``send`` is not counted by Linux, but an upload
-    reads the files it sends as it goes (``storage.put_dir``)."""
+    reads the files it sends as it goes (``storage.put_dir``). ``/proc`` is read only
+    when CPU alone does not tell: a look reads a file per thread, and while a thread of
+    Python holds the interpreter each read waits for it."""
+
+    def __init__(self):
+        self._cpu = _cpu_s()
+        self._proc = _proc_figures()
+
+    def worked(self, interval_s: float) -> bool:
+        cpu = _cpu_s()
+        used, self._cpu = cpu - self._cpu, cpu
+        if used >= WORKING_CPU_SHARE * interval_s:
+            self._proc = None  # read again at the next look that needs it
+            return True
+        before, self._proc = self._proc, _proc_figures()
+        if before is None or self._proc is None:
+            return False
+        waited, io_bytes = (now - then for now, then in zip(self._proc, before))
+        return (used + waited >= WORKING_CPU_SHARE * interval_s
+                or io_bytes >= WORKING_IO_BYTES_PER_S * interval_s)
+
+
+def _cpu_s() -> float:
+    """This process's CPU seconds, less the calling thread's (the one that looks)."""
+    return time.process_time() - time.thread_time()
+
+
+def _proc_figures() -> tuple[float, int] | None:
+    """(seconds this process's threads but the caller waited to run; bytes it read and
+    wrote, less what these looks read), or None where ``/proc`` does not tell them."""
     global _read_by_looks
     waited, looking = 0, str(threading.get_native_id())
     try:
@@ -109,14 +135,14 @@ def _work_done() -> tuple[float, int]:
         with open("/proc/self/io", "rb") as io:
             text = io.read()
     except (OSError, ValueError, IndexError):
-        return time.process_time() - time.thread_time(), 0
+        return None
     figures = dict(line.split(b": ") for line in text.splitlines() if b": " in line)
     io_bytes = int(figures[b"rchar"]) + int(figures[b"wchar"]) - _read_by_looks
     _read_by_looks += len(text)
-    return time.process_time() - time.thread_time() + waited / 1e9, io_bytes
+    return waited / 1e9, io_bytes
 
 
-_read_by_looks = 0  # bytes ``_work_done`` read from /proc: not the process's work
+_read_by_looks = 0  # bytes ``_proc_figures`` read from /proc: not the process's work
 
 
 def report_epoch(ctx, epoch: int, epochs: int, logs: dict, rows: int, seconds: float) -> None:
