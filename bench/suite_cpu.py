@@ -4,7 +4,7 @@ file after every sample, until it is stopped. The same totals by job too: a proc
 one of the suite's jobs (tests/conftest.py: Job) carries the job's name in
 ``SPARKTF_TEST_JOB``, and every process it starts inherits it (Spark's executors, their
 Python workers, spares and tasks); the others are "in-process tests" when they carry
-the suite's ``SPARKTF_TEST_RUN``, "other" if not.
+the suite's ``SPARKTF_TEST_RUN``, "other" if not; and by job and kind.
 
     python bench/suite_cpu.py OUT.json & make test; kill %1
 
@@ -98,13 +98,16 @@ def main(out: str) -> None:
                 seen[key][0] = "task"
         totals = collections.defaultdict(lambda: [0.0, 0])
         by_job = collections.defaultdict(lambda: [0.0, 0])
+        by_both = collections.defaultdict(lambda: [0.0, 0])
         for found, cpu, in_job in seen.values():
-            for table, name in ((totals, found), (by_job, in_job)):
+            for table, name in ((totals, found), (by_job, in_job),
+                                (by_both, f"{in_job} / {found}")):
                 table[name][0] += cpu
                 table[name][1] += 1
         with open(out, "w") as f:
             json.dump({"elapsed_s": round(time.time() - started),
-                       "kind_cpu_s_count": _rows(totals), "job_cpu_s_count": _rows(by_job)},
+                       "kind_cpu_s_count": _rows(totals), "job_cpu_s_count": _rows(by_job),
+                       "job_kind_cpu_s_count": _rows(by_both)},
                       f, indent=0)
         time.sleep(1)
 

@@ -22,9 +22,17 @@ def broken(hparams):
     raise RuntimeError("deliberately broken modelFn")
 
 
-def _parent(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        return int(next(line for line in f if line.startswith("PPid:")).split()[1])
+def _parents(pids: list[int]) -> dict[int, int]:
+    """Each process's parent, of those still alive (a spare may end as it is listed)."""
+    found = {}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                found[pid] = int(next(line for line in f
+                                      if line.startswith("PPid:")).split()[1])
+        except FileNotFoundError:
+            continue
+    return found
 
 
 def _rss_mb() -> float:
@@ -52,7 +60,7 @@ def _fits(spark, capsys):
     # spares already alive belong to Python workers of earlier tests (kept until their own
     # idle timeout, 60 s by default): only the spares these fits start are counted
     earlier = set(spare_pids())
-    rows, spares_seen = [], []
+    rows, spares_seen, parents_seen = [], [], []
     for i in range(FITS):
         failing = i % 4 == 3
         if failing:
@@ -66,6 +74,7 @@ def _fits(spark, capsys):
         rows.append((i + 1, failing, len(conftest.driver_threads()),
                      len(conftest.listening_ports()), _rss_mb(), len(spares)))
         spares_seen.append(spares)
+        parents_seen.append(_parents(spares))  # now: a spare idle SPARE_IDLE_S ends
     with capsys.disabled():
         print(f"\nspares alive before the first fit: {len(earlier)}")
         print("fit  failed  driver threads  listening ports  driver RSS MB  new spares")
@@ -75,9 +84,9 @@ def _fits(spark, capsys):
     # their Python workers, and their spares live on. (Not "2 spares throughout": under
     # load Spark may start a third Python worker for a task while the one of the fit before
     # is still returning to its pool, found in a full make test.)
-    for spares in spares_seen:
-        parents = [_parent(pid) for pid in spares]
-        assert len(set(parents)) == len(parents), f"two spares of one Python worker: {spares}"
+    for parents in parents_seen:
+        assert len(set(parents.values())) == len(parents), \
+            f"two spares of one Python worker: {parents}"
     for i in range(1, FITS):
         if rows[i][1]:  # a failed fit: every spare alive before it is alive after it
             assert set(spares_seen[i - 1]) <= set(spares_seen[i]), \
