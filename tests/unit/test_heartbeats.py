@@ -117,8 +117,8 @@ def test_a_block_starved_of_cpu_sends_heartbeats_throughout():
         burner.wait()
     assert child.returncode == 0, child.stderr
     beats, cpu = child.stdout.split()
-    print(f"starved: {beats} heartbeats in 4 s, {float(cpu):.3f} s of CPU")
-    assert int(beats) >= 5
+    print(f"starved: {beats} heartbeats in 2 s, {float(cpu):.3f} s of CPU")
+    assert int(beats) >= 4  # of 10 looks; the old rule, CPU alone: 1
 
 
 _STARVED = """
@@ -129,7 +129,7 @@ os.nice(19)
 start = time.process_time()
 
 def spin():
-    end = time.monotonic() + 4.0
+    end = time.monotonic() + 2.0
     while time.monotonic() < end:
         sum(range(100))
 
