@@ -48,18 +48,23 @@ class Heartbeat:
     def during(self, where: str, epoch: int):
         """Heartbeats while the block runs and works: for one long call that makes progress
         of its own (an export), not for waits on other workers. Every ``interval_s``, a
-        heartbeat goes out only if, since the last look, this process's threads ran or
-        waited to run (on a busy machine) for a tenth of that interval, or read or wrote
-        ``WORKING_IO_BYTES_PER_S`` times the interval (``_WorkMeter``: an upload to remote
-        storage reads the files it sends): an export blocked (on a file system, a
-        collective whose peer is gone) is silent, and the driver's watchdog names it after
-        ``stallTimeout``, as a blocked step."""
+        heartbeat goes out only if, since the last look, this process used a tenth of that
+        interval's CPU, or one of its threads ran or waited to run for most of the time
+        (starved on a busy machine), or it read or wrote ``WORKING_IO_BYTES_PER_S`` a
+        second (``_WorkMeter``), or a block of ``unseen_work`` runs (an upload to remote
+        storage): an export blocked (on a file system, a collective whose peer is gone)
+        is silent, and the driver's watchdog names it after ``stallTimeout``, as a
+        blocked step."""
         stop = threading.Event()
 
         def keep_alive():
             meter = _WorkMeter()
             while not stop.wait(self.interval_s):
-                if meter.worked(self.interval_s):
+                try:
+                    worked = _unseen_work > 0 or meter.worked(self.interval_s)
+                except Exception:  # noqa: BLE001 - a look that fails is no sign of a block
+                    worked = True
+                if worked:
                     self(where, epoch)
 
         self(where, epoch)
@@ -78,37 +83,63 @@ class Heartbeat:
 
 
 WORKING_CPU_SHARE = 0.1  # of a core, over a heartbeat's interval
+# of the time since the last look, run or waited for by one thread: a thread that wants the
+# CPU throughout. A blocked process's threads that wake often (gRPC's, ~25 a second) each
+# wait a little at every wake-up on a starved core: 10-60% of the time in the review's runs
+WANTING_SHARE = 0.8
 # a blocked rank reads and writes ~1 KB a look (its heartbeats, gRPC's wake-ups): far less
 WORKING_IO_BYTES_PER_S = 32 << 10
+
+_unseen_work = 0  # blocks of ``unseen_work`` running in this process
+
+
+@contextlib.contextmanager
+def unseen_work():
+    """A block whose progress this process's counters do not show: an upload to remote
+    storage, whose parts Arrow's threads send over sockets (Linux counts no socket's
+    ``send``) once the files are read, and whose last close waits for them. While it runs,
+    the heartbeats of ``during`` go out every interval; a hung upload is then bound by the
+    store client's own timeouts, not by ``stallTimeout``."""
+    global _unseen_work
+    with _lock:
+        _unseen_work += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _unseen_work -= 1
+
+
+_lock = threading.Lock()
 
 
 class _WorkMeter:
     """Whether this process worked since the last look: CPU it used (not counting the
-    thread that looks); else, where Linux tells them in ``/proc``, the time its threads
-    waited to run and the bytes it read and wrote through files and pipes.
-
-    Waiting to run counts as working: a process starved of CPU (``nice`` beside busy
-    ones) is not blocked. A socket's ``send`` is not counted by Linux, but an upload
-    reads the files it sends as it goes (``storage.put_dir``). ``/proc`` is read only
-    when CPU alone does not tell: a look reads a file per thread, and while a thread of
-    Python holds the interpreter each read waits for it."""
+    thread that looks); else, where Linux tells them in ``/proc``, whether one of its
+    threads ran or waited to run for most of the time (a process starved of CPU, ``nice``
+    beside busy ones, is not blocked), or the bytes it read and wrote through files and
+    pipes. ``/proc`` is read only when CPU alone does not tell: a look reads a file per
+    thread, and while a thread of Python holds the interpreter each read waits for it.
+    Each figure is compared over the time since the look that read it."""
 
     def __init__(self):
         self._cpu = _cpu_s()
-        self._proc = _proc_figures()
+        self._proc, self._at = _proc_figures(), time.monotonic()
 
     def worked(self, interval_s: float) -> bool:
         cpu = _cpu_s()
         used, self._cpu = cpu - self._cpu, cpu
         if used >= WORKING_CPU_SHARE * interval_s:
-            self._proc = None  # read again at the next look that needs it
             return True
-        before, self._proc = self._proc, _proc_figures()
+        before, at = self._proc, self._at
+        self._proc, self._at = _proc_figures(), time.monotonic()
         if before is None or self._proc is None:
             return False
-        waited, io_bytes = (now - then for now, then in zip(self._proc, before))
-        return (used + waited >= WORKING_CPU_SHARE * interval_s
-                or io_bytes >= WORKING_IO_BYTES_PER_S * interval_s)
+        elapsed_ns = (self._at - at) * 1e9
+        (threads, io_bytes), (threads_before, io_before) = self._proc, before
+        wanting = any(busy - threads_before.get(tid, 0) >= WANTING_SHARE * elapsed_ns
+                      for tid, busy in threads.items())
+        return wanting or io_bytes - io_before >= WORKING_IO_BYTES_PER_S * elapsed_ns / 1e9
 
 
 def _cpu_s() -> float:
@@ -116,11 +147,12 @@ def _cpu_s() -> float:
     return time.process_time() - time.thread_time()
 
 
-def _proc_figures() -> tuple[float, int] | None:
-    """(seconds this process's threads but the caller waited to run; bytes it read and
-    wrote, less what these looks read), or None where ``/proc`` does not tell them."""
+def _proc_figures() -> tuple[dict[str, int], int] | None:
+    """(for each thread but the caller, the nanoseconds it ran and waited to run; the
+    bytes this process read and wrote, less what these looks read), or None where
+    ``/proc`` does not tell them."""
     global _read_by_looks
-    waited, looking = 0, str(threading.get_native_id())
+    threads, looking = {}, str(threading.get_native_id())
     try:
         for thread in os.listdir("/proc/self/task"):
             if thread == looking:  # its own waits after each look are not work
@@ -131,15 +163,16 @@ def _proc_figures() -> tuple[float, int] | None:
             except OSError:  # the thread ended since the listing
                 continue
             _read_by_looks += len(text)
-            waited += int(text.split()[1])
+            ran, waited = text.split()[:2]
+            threads[thread] = int(ran) + int(waited)
         with open("/proc/self/io", "rb") as io:
             text = io.read()
-    except (OSError, ValueError, IndexError):
+        figures = dict(line.split(b": ") for line in text.splitlines() if b": " in line)
+        io_bytes = int(figures[b"rchar"]) + int(figures[b"wchar"]) - _read_by_looks
+    except (OSError, ValueError, KeyError):
         return None
-    figures = dict(line.split(b": ") for line in text.splitlines() if b": " in line)
-    io_bytes = int(figures[b"rchar"]) + int(figures[b"wchar"]) - _read_by_looks
     _read_by_looks += len(text)
-    return waited / 1e9, io_bytes
+    return threads, io_bytes
 
 
 _read_by_looks = 0  # bytes ``_proc_figures`` read from /proc: not the process's work

@@ -63,7 +63,8 @@ def _fs(uri: str):
 
 
 def put_dir(local_dir: str, uri: str) -> None:
-    """Copies a local directory tree to ``uri``, replacing what is there."""
+    """Copies a local directory tree to ``uri``, replacing what is there. A file that
+    could not be written raises ``OSError`` naming it (``copy_tree``)."""
     if is_local(uri):
         target = local_path(uri)
         if os.path.abspath(target) == os.path.abspath(local_dir):
@@ -71,12 +72,37 @@ def put_dir(local_dir: str, uri: str) -> None:
         shutil.rmtree(target, ignore_errors=True)
         shutil.copytree(local_dir, target)
         return
-    from pyarrow import fs
     filesystem, path = _fs(uri)
     filesystem.delete_dir_contents(path, missing_dir_ok=True)
     filesystem.create_dir(path, recursive=True)
-    fs.copy_files(local_dir, path, source_filesystem=fs.LocalFileSystem(),
-                  destination_filesystem=filesystem)
+    copy_tree(local_dir, filesystem, path)
+
+
+COPY_CHUNK = 1 << 20
+
+
+def copy_tree(local_dir: str, filesystem, path: str) -> None:
+    """Every file under ``local_dir`` written to ``path`` of a pyarrow ``filesystem``, each
+    closed and its close checked: ``pyarrow.fs.copy_files`` returns normally when a file's
+    close fails (the upload of an S3 object's parts, refused: the object is never made),
+    and a fit would have reported an export that is not there."""
+    for folder, _, files in os.walk(local_dir):
+        relative = os.path.relpath(folder, local_dir)
+        target = path if relative == "." else f"{path}/{relative.replace(os.sep, '/')}"
+        if relative != ".":
+            filesystem.create_dir(target, recursive=True)
+        for name in files:
+            destination = f"{target}/{name}"
+            try:
+                with open(os.path.join(folder, name), "rb") as source:
+                    out = filesystem.open_output_stream(destination)
+                    try:
+                        while chunk := source.read(COPY_CHUNK):
+                            out.write(chunk)
+                    finally:
+                        out.close()  # an upload's parts end here: its failure too
+            except OSError as e:
+                raise OSError(f"could not write {destination}: {e}") from e
 
 
 def get_dir(uri: str, local_dir: str) -> str:

@@ -3,6 +3,9 @@
 import os
 import threading
 
+import pyarrow.fs as pafs
+import pytest
+
 from sparktf.runtime import storage
 
 
@@ -28,3 +31,100 @@ def test_fits_starting_at_once_probe_one_new_folder_without_tripping_each_other(
         t.join()
     assert errors == []
     assert os.listdir(folder) == [], "a probe was left behind"
+
+
+class _Remote(pafs.FileSystemHandler):
+    """A pyarrow filesystem handler holding files in memory, as a remote store; with
+    ``refuse``, every file's close fails, as an S3 upload whose parts are refused
+    (the object is never made)."""
+
+    def __init__(self, refuse: bool):
+        self.refuse, self.files, self.dirs = refuse, {}, set()
+
+    def __eq__(self, other):
+        return self is other
+
+    def __ne__(self, other):
+        return self is not other
+
+    def get_type_name(self):
+        return "remote-in-memory"
+
+    def normalize_path(self, path):
+        return path
+
+    def get_file_info(self, paths):
+        return [pafs.FileInfo(p, pafs.FileType.File, size=len(self.files[p]))
+                if p in self.files else pafs.FileInfo(p, pafs.FileType.NotFound)
+                for p in paths]
+
+    def get_file_info_selector(self, selector):
+        return []
+
+    def create_dir(self, path, recursive):
+        self.dirs.add(path)
+
+    def open_output_stream(self, path, metadata):
+        import pyarrow as pa
+        handler = self
+
+        class Upload:
+            closed, parts = False, []
+
+            def write(self, data):
+                self.parts.append(bytes(data))
+                return len(data)
+
+            def writable(self):
+                return True
+
+            def flush(self):
+                pass
+
+            def close(self):
+                self.closed = True
+                if handler.refuse:
+                    raise OSError("ACCESS_DENIED during UploadPart")
+                handler.files[path] = b"".join(self.parts)
+
+        return pa.PythonFile(Upload(), mode="w")
+
+    def delete_dir_contents(self, path, missing_dir_ok=False):
+        pass
+
+    def open_input_stream(self, path):
+        raise NotImplementedError
+
+    open_input_file = open_append_stream = delete_dir = delete_root_dir_contents = \
+        delete_file = move = copy_file = open_input_stream
+
+
+def _export_folder(tmp_path):
+    local = tmp_path / "export"
+    (local / "saved_model" / "variables").mkdir(parents=True)
+    (local / "saved_model" / "saved_model.pb").write_bytes(b"pb" * 1000)
+    (local / "saved_model" / "variables" / "variables.data").write_bytes(os.urandom(3 << 20))
+    return local
+
+
+def test_a_refused_upload_raises_naming_its_file_where_pyarrow_copy_files_returns(tmp_path):
+    """Found by review: ``pyarrow.fs.copy_files`` returns normally when a file's close
+    fails, so a fit reported an export that was never made."""
+    local = _export_folder(tmp_path)
+    refused = pafs.PyFileSystem(_Remote(refuse=True))
+    pafs.copy_files(str(local), "m/export", source_filesystem=pafs.LocalFileSystem(),
+                    destination_filesystem=refused)  # pyarrow's: no error
+    with pytest.raises(OSError, match=r"could not write m/export/saved_model/\S+: "
+                                      r"ACCESS_DENIED"):
+        storage.copy_tree(str(local), refused, "m/export")
+
+
+def test_a_tree_is_copied_file_by_file_with_its_folders(tmp_path):
+    local = _export_folder(tmp_path)
+    remote = _Remote(refuse=False)
+    storage.copy_tree(str(local), pafs.PyFileSystem(remote), "m/export")
+    assert remote.files == {
+        "m/export/saved_model/saved_model.pb": b"pb" * 1000,
+        "m/export/saved_model/variables/variables.data":
+            (local / "saved_model" / "variables" / "variables.data").read_bytes()}
+    assert remote.dirs == {"m/export/saved_model", "m/export/saved_model/variables"}
