@@ -185,3 +185,112 @@ def test_a_search_keeps_its_tag_cancelled_until_its_trials_end_after_a_second_ct
     [tag] = tags - before
     assert tag.startswith("sparktf-search-")
     assert tag not in sessions._CANCELLED_TAGS  # forgotten once the trial's thread ended
+
+
+def _search_with(monkeypatch, runner):
+    """A search of one trial over a stand-in session that records its cancels."""
+    from sparktf._driver import sessions
+    from sparktf.ml.tuning import halving
+    from sparktf.ml.tuning import loop as search_loop
+
+    cancels, cancelled = [], threading.Event()
+
+    class Spark:
+        class sparkContext:
+            @staticmethod
+            def cancelJobsWithTag(tag):
+                cancels.append(tag)
+                cancelled.set()
+
+    monkeypatch.setattr(search_loop, "_inheritable", lambda spark: (lambda target: target))
+    monkeypatch.setattr(sessions.Session, "add_tag", lambda self, tag: None)
+    monkeypatch.setattr(sessions.Session, "remove_tag", lambda self, tag: None)
+    search = search_loop.Search(runner, halving.Halving(1, [1], 2), [{}], "loss", False, 0)
+    runner.cancelled = cancelled
+    return search, Spark(), cancels
+
+
+def _join_trial_threads():
+    for thread in threading.enumerate():
+        if thread.name.startswith("sparktf-trial"):
+            thread.join(30)
+
+
+def test_a_ctrl_c_as_a_trial_s_thread_starts_cancels_the_tag_for_it(monkeypatch):
+    """Found by review: a Ctrl-C inside ``pool.submit`` (its thread's start waits on an
+    event, where the main thread takes signals) left a queued trial that was never in
+    the loop's ``running``: the tag was not cancelled, the trial's job ran to its end, and
+    a second Ctrl-C forgot the tag while it ran. Now the tag is cancelled at once, queued
+    trials never start, and one already started submits under the cancelled tag."""
+    from concurrent import futures
+
+    from sparktf._driver import sessions
+
+    seen = []
+
+    class Runner:
+        def train(self, index, epochs):  # preparing its fit past the Ctrl-C
+            self.cancelled.wait(5)
+            seen.append(set(sessions._CANCELLED_TAGS))  # what its job's submission sees
+            return 1.0
+
+    search, spark, cancels = _search_with(monkeypatch, Runner())
+    adjust = futures.ThreadPoolExecutor._adjust_thread_count
+
+    def adjust_then_ctrl_c(pool):
+        adjust(pool)
+        raise KeyboardInterrupt("Ctrl-C as the trial's thread started")
+
+    monkeypatch.setattr(futures.ThreadPoolExecutor, "_adjust_thread_count",
+                        adjust_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt, match="started"):
+        search.run(1, spark)
+    _join_trial_threads()
+    assert cancels, "the tag was never cancelled"
+    [tag] = set(cancels)
+    print(f"the trial ran {len(seen)} time(s); cancels: {len(cancels)}")
+    assert all(tag in tags for tags in seen), "a trial submitted under a tag not cancelled"
+    assert tag not in sessions._CANCELLED_TAGS  # forgotten once no trial can submit
+
+
+def test_a_third_ctrl_c_leaves_the_tag_to_the_last_trial_to_forget(monkeypatch):
+    """Found by review: after a third Ctrl-C (the pool's wait for its threads) the tag was
+    never forgotten, and every later job of the application looked it up. The last trial
+    to end forgets it; until then it stays cancelled."""
+    from concurrent import futures
+
+    from sparktf._driver import sessions
+    from sparktf.ml.tuning import loop as search_loop
+
+    release, seen = threading.Event(), []
+
+    class Runner:
+        def train(self, index, epochs):
+            release.wait(30)
+            seen.append(set(sessions._CANCELLED_TAGS))
+            return 1.0
+
+    search, spark, cancels = _search_with(monkeypatch, Runner())
+    interrupts = iter([KeyboardInterrupt("Ctrl-C"), KeyboardInterrupt("Ctrl-C again")])
+
+    def wait(*args, **kwargs):
+        raise next(interrupts)
+
+    shutdown = futures.ThreadPoolExecutor.shutdown
+
+    def shutdown_interrupted(pool, wait=True, **kwargs):
+        shutdown(pool, wait=False, **kwargs)
+        if wait:
+            raise KeyboardInterrupt("a third Ctrl-C")
+
+    monkeypatch.setattr(search_loop.futures, "wait", wait)
+    monkeypatch.setattr(futures.ThreadPoolExecutor, "shutdown", shutdown_interrupted)
+    with pytest.raises(KeyboardInterrupt, match="third"):
+        search.run(1, spark)
+    [tag] = set(cancels)
+    assert tag in sessions._CANCELLED_TAGS, "forgotten while its trial still runs"
+    release.set()
+    _join_trial_threads()
+    [tags] = seen
+    assert tag in tags
+    assert tag not in sessions._CANCELLED_TAGS, "the last trial to end forgets the tag"

@@ -18,6 +18,7 @@ import concurrent.futures as futures
 import itertools
 import logging
 import math
+import threading
 import time
 import uuid
 
@@ -42,6 +43,35 @@ def _cancel_until_done(session: sessions.Session, tag: str, running: set) -> Non
     while running:
         session.cancel_tag(tag)
         _, running = futures.wait(running, timeout=CANCEL_AGAIN_S)
+
+
+class _LiveTrials:
+    """The trials' threads of one search that are running, under a lock: the search's
+    (cancelled) tag is forgotten when the search has ended and the last of them has, so
+    that no trial still preparing its fit can submit a job under a forgotten tag."""
+
+    def __init__(self, tag: str):
+        self.tag, self.live, self.ended = tag, 0, False
+        self._lock = threading.Lock()
+
+    def enter(self) -> bool:
+        with self._lock:
+            if self.ended:
+                return False
+            self.live += 1
+            return True
+
+    def leave(self) -> None:
+        with self._lock:
+            self.live -= 1
+            if self.ended and self.live == 0:
+                sessions.forget_tag(self.tag)
+
+    def end(self) -> None:
+        with self._lock:
+            self.ended = True
+            if self.live == 0:
+                sessions.forget_tag(self.tag)
 
 
 class Search:
@@ -100,12 +130,17 @@ class Search:
         trial's own (or Ctrl-C) cancels the running trials' jobs and is raised."""
         session, tag = sessions.Session(spark), f"sparktf-search-{uuid.uuid4().hex}"
 
-        def train(index: int, epochs: int) -> float:
+        live = _LiveTrials(tag)
+
+        def train(index: int, epochs: int) -> float | None:
+            if not live.enter():  # the search has ended: a trial dequeued as it did
+                return None
             session.add_tag(tag)  # this thread's jobs: cancelled with the search
             try:
                 return self.runner.train(index, epochs)
             finally:
                 session.remove_tag(tag)
+                live.leave()
 
         fatal = None
         running: dict = {}
@@ -136,13 +171,17 @@ class Search:
                             self._give_back()
                 except BaseException:  # Ctrl-C: the running trials' jobs go, then the pool
                     self.stopping = True
+                    # at once, also for a trial whose thread the Ctrl-C met starting (in
+                    # pool.submit: its future is queued, and not in ``running``)
+                    session.cancel_tag(tag)
+                    pool.shutdown(wait=False, cancel_futures=True)  # no queued trial starts
                     _cancel_until_done(session, tag, set(running))
                     raise
         finally:
-            # a cancelled tag is kept while a trial's thread may still submit a job: a
-            # second Ctrl-C ends _cancel_until_done, and a third the pool's wait for them
-            if all(future.done() for future in running):
-                sessions.forget_tag(tag)
+            # a cancelled tag is kept while a trial's thread may still submit a job (a
+            # second Ctrl-C ends _cancel_until_done, and a third the pool's wait for them):
+            # the last trial to end forgets it
+            live.end()
         if fatal is not None:
             raise fatal
         if self.out_of_time:
