@@ -116,11 +116,12 @@ _lock = threading.Lock()
 class _WorkMeter:
     """Whether this process worked since the last look: CPU it used (not counting the
     thread that looks); else, where Linux tells them in ``/proc``, whether one of its
-    threads ran or waited to run for most of the time (a process starved of CPU, ``nice``
-    beside busy ones, is not blocked), or the bytes it read and wrote through files and
-    pipes. ``/proc`` is read only when CPU alone does not tell: a look reads a file per
-    thread, and while a thread of Python holds the interpreter each read waits for it.
-    Each figure is compared over the time since the look that read it."""
+    threads, or its Python threads together, ran or waited to run for most of the time (a
+    process starved of CPU, ``nice`` beside busy ones, is not blocked), or the bytes it
+    read and wrote through files and pipes. ``/proc`` is read only when CPU alone does not
+    tell: a look reads a file per thread, and while a thread of Python holds the
+    interpreter each read waits for it. Each figure is compared over the time since the
+    look that read it."""
 
     def __init__(self):
         self._cpu = _cpu_s()
@@ -137,8 +138,13 @@ class _WorkMeter:
             return False
         elapsed_ns = (self._at - at) * 1e9
         (threads, io_bytes), (threads_before, io_before) = self._proc, before
-        wanting = any(busy - threads_before.get(tid, 0) >= WANTING_SHARE * elapsed_ns
-                      for tid, busy in threads.items())
+        shares = {tid: busy - threads_before.get(tid, 0) for tid, busy in threads.items()}
+        python = {str(t.native_id) for t in threading.enumerate()}  # but the looking one
+        wanting = (max(shares.values(), default=0) >= WANTING_SHARE * elapsed_ns
+                   # Python threads taking turns on the interpreter: each waits on the
+                   # other part of the time, and none alone reaches the bar
+                   or sum(v for tid, v in shares.items() if tid in python)
+                   >= WANTING_SHARE * elapsed_ns)
         return wanting or io_bytes - io_before >= WORKING_IO_BYTES_PER_S * elapsed_ns / 1e9
 
 

@@ -85,7 +85,9 @@ def copy_tree(local_dir: str, filesystem, path: str) -> None:
     """Every file under ``local_dir`` written to ``path`` of a pyarrow ``filesystem``, each
     closed and its close checked: ``pyarrow.fs.copy_files`` returns normally when a file's
     close fails (the upload of an S3 object's parts, refused: the object is never made),
-    and a fit would have reported an export that is not there."""
+    and a fit would have reported an export that is not there. A file that fails is
+    removed (an upload's close completes it with the parts it had). One file at a time:
+    ``copy_files`` writes several at once, which a model of many shards would repay."""
     for folder, _, files in os.walk(local_dir):
         relative = os.path.relpath(folder, local_dir)
         target = path if relative == "." else f"{path}/{relative.replace(os.sep, '/')}"
@@ -102,6 +104,10 @@ def copy_tree(local_dir: str, filesystem, path: str) -> None:
                     finally:
                         out.close()  # an upload's parts end here: its failure too
             except OSError as e:
+                # a multipart upload is completed with what it had: no truncated file stays
+                # (and no error of the removal hides the write's)
+                with contextlib.suppress(Exception):
+                    filesystem.delete_file(destination)
                 raise OSError(f"could not write {destination}: {e}") from e
 
 

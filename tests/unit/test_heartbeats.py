@@ -118,10 +118,12 @@ def test_a_starved_block_beats_while_it_works_and_not_while_it_is_blocked():
         burner.kill()
         burner.wait()
     assert child.returncode == 0, child.stderr
-    working, blocked, cpu = child.stdout.split()
-    print(f"starved: {working} heartbeats working, {blocked} blocked beside a 10 ms "
-          f"poller, of 10 looks each; {float(cpu):.3f} s of CPU")
+    working, taking_turns, blocked, cpu = child.stdout.split()
+    print(f"starved: {working} heartbeats working, {taking_turns} working in two Python "
+          f"threads, {blocked} blocked beside a 10 ms poller, of 10 looks each; "
+          f"{float(cpu):.3f} s of CPU")
     assert int(working) >= 4  # CPU alone: 1
+    assert int(taking_turns) >= 3  # 5-7 here; one thread's share alone: 0 (found by review)
     assert int(blocked) <= 2  # its first, and maybe its start waiting to run
 
 
@@ -143,11 +145,19 @@ def poll():
         pass
 
 working = _beats_during(spin)
+
+def two():  # Python threads taking turns on the interpreter: each waits for the other
+    other = threading.Thread(target=spin)
+    other.start()
+    spin()
+    other.join()
+
+taking_turns = _beats_during(two)
 poller = threading.Thread(target=poll, daemon=True)
 poller.start()
 blocked = _beats_during(lambda: threading.Event().wait(2.0))
 stop.set()
-print(working, blocked, time.process_time() - start)
+print(working, taking_turns, blocked, time.process_time() - start)
 """
 
 

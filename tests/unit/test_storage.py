@@ -39,7 +39,7 @@ class _Remote(pafs.FileSystemHandler):
     (the object is never made)."""
 
     def __init__(self, refuse: bool):
-        self.refuse, self.files, self.dirs = refuse, {}, set()
+        self.refuse, self.files, self.dirs, self.deleted = refuse, {}, set(), []
 
     def __eq__(self, other):
         return self is other
@@ -95,8 +95,12 @@ class _Remote(pafs.FileSystemHandler):
     def open_input_stream(self, path):
         raise NotImplementedError
 
+    def delete_file(self, path):
+        self.deleted.append(path)
+        self.files.pop(path, None)
+
     open_input_file = open_append_stream = delete_dir = delete_root_dir_contents = \
-        delete_file = move = copy_file = open_input_stream
+        move = copy_file = open_input_stream
 
 
 def _export_folder(tmp_path):
@@ -111,12 +115,15 @@ def test_a_refused_upload_raises_naming_its_file_where_pyarrow_copy_files_return
     """Found by review: ``pyarrow.fs.copy_files`` returns normally when a file's close
     fails, so a fit reported an export that was never made."""
     local = _export_folder(tmp_path)
-    refused = pafs.PyFileSystem(_Remote(refuse=True))
+    remote = _Remote(refuse=True)
+    refused = pafs.PyFileSystem(remote)
     pafs.copy_files(str(local), "m/export", source_filesystem=pafs.LocalFileSystem(),
                     destination_filesystem=refused)  # pyarrow's: no error
     with pytest.raises(OSError, match=r"could not write m/export/saved_model/\S+: "
                                       r"ACCESS_DENIED"):
         storage.copy_tree(str(local), refused, "m/export")
+    # found by review: an S3 upload's close completes it with the parts it had
+    assert len(remote.deleted) == 1 and remote.files == {}, remote.deleted
 
 
 def test_a_tree_is_copied_file_by_file_with_its_folders(tmp_path):

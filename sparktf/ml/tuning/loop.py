@@ -135,11 +135,13 @@ class Search:
         def train(index: int, epochs: int) -> float | None:
             if not live.enter():  # the search has ended: a trial dequeued as it did
                 return None
-            session.add_tag(tag)  # this thread's jobs: cancelled with the search
             try:
-                return self.runner.train(index, epochs)
+                session.add_tag(tag)  # this thread's jobs: cancelled with the search
+                try:
+                    return self.runner.train(index, epochs)
+                finally:
+                    session.remove_tag(tag)
             finally:
-                session.remove_tag(tag)
                 live.leave()
 
         fatal = None
