@@ -49,12 +49,12 @@ class Heartbeat:
         """Heartbeats while the block runs and works: for one long call that makes progress
         of its own (an export), not for waits on other workers. Every ``interval_s``, a
         heartbeat goes out only if, since the last look, this process used a tenth of that
-        interval's CPU, or one of its threads ran or waited to run for most of the time
-        (starved on a busy machine), or it read or wrote ``WORKING_IO_BYTES_PER_S`` a
-        second (``_WorkMeter``), or a block of ``unseen_work`` runs (an upload to remote
-        storage): an export blocked (on a file system, a collective whose peer is gone)
-        is silent, and the driver's watchdog names it after ``stallTimeout``, as a
-        blocked step."""
+        interval's CPU, or one of its threads (or its Python threads together) ran or
+        waited to run for most of the time (starved on a busy machine), or it read or
+        wrote ``WORKING_IO_BYTES_PER_S`` a second (``_WorkMeter``), or a block of
+        ``unseen_work`` runs (an upload to remote storage, ``storage.put_dir``): an export
+        blocked (on a file system, a collective whose peer is gone) is silent, and the
+        driver's watchdog names it after ``stallTimeout``, as a blocked step."""
         stop = threading.Event()
 
         def keep_alive():

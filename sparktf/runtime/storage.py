@@ -12,6 +12,8 @@ import shutil
 import uuid
 from urllib.parse import urlparse
 
+from sparktf._protocol import heartbeats
+
 
 def is_local(uri: str) -> bool:
     """Whether ``uri`` is a plain path or a ``file://`` URI."""
@@ -73,9 +75,11 @@ def put_dir(local_dir: str, uri: str) -> None:
         shutil.copytree(local_dir, target)
         return
     filesystem, path = _fs(uri)
-    filesystem.delete_dir_contents(path, missing_dir_ok=True)
-    filesystem.create_dir(path, recursive=True)
-    copy_tree(local_dir, filesystem, path)
+    # a remote store's upload shows no progress to an export's heartbeats
+    with heartbeats.unseen_work():
+        filesystem.delete_dir_contents(path, missing_dir_ok=True)
+        filesystem.create_dir(path, recursive=True)
+        copy_tree(local_dir, filesystem, path)
 
 
 COPY_CHUNK = 1 << 20
@@ -99,8 +103,7 @@ def copy_tree(local_dir: str, filesystem, path: str) -> None:
                 with open(os.path.join(folder, name), "rb") as source:
                     out = filesystem.open_output_stream(destination)
                     try:
-                        while chunk := source.read(COPY_CHUNK):
-                            out.write(chunk)
+                        shutil.copyfileobj(source, out, COPY_CHUNK)
                     finally:
                         out.close()  # an upload's parts end here: its failure too
             except OSError as e:

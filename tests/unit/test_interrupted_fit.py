@@ -135,58 +135,6 @@ def test_a_thread_whose_jobs_were_cancelled_submits_no_barrier_job():
         supervision.collect(session, NeverRun(session), None, "TFEstimator.fit", "sparktf-t")
 
 
-def test_a_search_keeps_its_tag_cancelled_until_its_trials_end_after_a_second_ctrl_c(
-        monkeypatch):
-    """A second Ctrl-C while the search cancels its trials' jobs ends the cancelling; the
-    trials' threads still run on (the pool waits for them). One still preparing its fit
-    submits its job then: the search's tag must still be cancelled, or that job runs
-    uncancelled (it was forgotten as the cancelling ended). Forgotten once they end."""
-    from concurrent import futures
-
-    from sparktf._driver import sessions
-    from sparktf.ml.tuning import halving
-    from sparktf.ml.tuning import loop as search_loop
-
-    class Spark:
-        class sparkContext:
-            @staticmethod
-            def cancelJobsWithTag(tag):
-                pass
-
-    exiting, seen = threading.Event(), []
-
-    class Runner:
-        def train(self, index, epochs):  # preparing its fit until the pool waits for it
-            exiting.wait(30)
-            seen.append(set(sessions._CANCELLED_TAGS))  # what its job's submission sees
-            return 1.0
-
-    interrupts = iter([KeyboardInterrupt("Ctrl-C"), KeyboardInterrupt("Ctrl-C again")])
-
-    def wait(*args, **kwargs):
-        raise next(interrupts)
-
-    shutdown = futures.ThreadPoolExecutor.shutdown
-
-    def shutdown_noted(pool, *args, **kwargs):
-        exiting.set()
-        return shutdown(pool, *args, **kwargs)
-
-    monkeypatch.setattr(search_loop, "_inheritable", lambda spark: (lambda target: target))
-    monkeypatch.setattr(sessions.Session, "add_tag", lambda self, tag: None)
-    monkeypatch.setattr(sessions.Session, "remove_tag", lambda self, tag: None)
-    monkeypatch.setattr(search_loop.futures, "wait", wait)
-    monkeypatch.setattr(search_loop.futures.ThreadPoolExecutor, "shutdown", shutdown_noted)
-    search = search_loop.Search(Runner(), halving.Halving(1, [1], 2), [{}], "loss", False, 0)
-    before = set(sessions._CANCELLED_TAGS)
-    with pytest.raises(KeyboardInterrupt, match="again"):
-        search.run(1, Spark())
-    [tags] = seen
-    [tag] = tags - before
-    assert tag.startswith("sparktf-search-")
-    assert tag not in sessions._CANCELLED_TAGS  # forgotten once the trial's thread ended
-
-
 def _search_with(monkeypatch, runner):
     """A search of one trial over a stand-in session that records its cancels."""
     from sparktf._driver import sessions
@@ -214,6 +162,48 @@ def _join_trial_threads():
     for thread in threading.enumerate():
         if thread.name.startswith("sparktf-trial"):
             thread.join(30)
+
+
+def test_a_search_keeps_its_tag_cancelled_until_its_trials_end_after_a_second_ctrl_c(
+        monkeypatch):
+    """A second Ctrl-C while the search cancels its trials' jobs ends the cancelling; the
+    trials' threads still run on (the pool waits for them). One still preparing its fit
+    submits its job then: the search's tag must still be cancelled, or that job runs
+    uncancelled (it was forgotten as the cancelling ended). Forgotten once they end."""
+    from concurrent import futures
+
+    from sparktf._driver import sessions
+    from sparktf.ml.tuning import loop as search_loop
+
+    exiting, seen = threading.Event(), []
+
+    class Runner:
+        def train(self, index, epochs):  # preparing its fit until the pool waits for it
+            exiting.wait(30)
+            seen.append(set(sessions._CANCELLED_TAGS))  # what its job's submission sees
+            return 1.0
+
+    interrupts = iter([KeyboardInterrupt("Ctrl-C"), KeyboardInterrupt("Ctrl-C again")])
+
+    def wait(*args, **kwargs):
+        raise next(interrupts)
+
+    shutdown = futures.ThreadPoolExecutor.shutdown
+
+    def shutdown_noted(pool, *args, **kwargs):
+        exiting.set()
+        return shutdown(pool, *args, **kwargs)
+
+    search, spark, _ = _search_with(monkeypatch, Runner())
+    monkeypatch.setattr(search_loop.futures, "wait", wait)
+    monkeypatch.setattr(search_loop.futures.ThreadPoolExecutor, "shutdown", shutdown_noted)
+    before = set(sessions._CANCELLED_TAGS)
+    with pytest.raises(KeyboardInterrupt, match="again"):
+        search.run(1, spark)
+    [tags] = seen
+    [tag] = tags - before
+    assert tag.startswith("sparktf-search-")
+    assert tag not in sessions._CANCELLED_TAGS  # forgotten once the trial's thread ended
 
 
 def test_a_ctrl_c_as_a_trial_s_thread_starts_cancels_the_tag_for_it(monkeypatch):

@@ -135,3 +135,21 @@ def test_a_tree_is_copied_file_by_file_with_its_folders(tmp_path):
         "m/export/saved_model/variables/variables.data":
             (local / "saved_model" / "variables" / "variables.data").read_bytes()}
     assert remote.dirs == {"m/export/saved_model", "m/export/saved_model/variables"}
+
+
+def test_a_remote_put_counts_as_unseen_work_for_the_export_s_heartbeats(tmp_path, monkeypatch):
+    """An upload's sends go from Arrow's threads over sockets, which Linux does not count:
+    ``put_dir`` to a remote URI (pyarrow's in-process ``mock://`` here) runs its copy in
+    ``heartbeats.unseen_work``."""
+    from sparktf._protocol import heartbeats
+
+    seen = []
+    copy = storage.copy_tree
+
+    def noted(*args):
+        seen.append(heartbeats._unseen_work)
+        copy(*args)
+
+    monkeypatch.setattr(storage, "copy_tree", noted)
+    storage.put_dir(str(_export_folder(tmp_path)), "mock:///m/export")
+    assert seen == [1] and heartbeats._unseen_work == 0
