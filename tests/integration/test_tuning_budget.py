@@ -118,8 +118,12 @@ def test_max_time_stops_the_search_and_keeps_the_best_so_far(
     again only the epochs the cut jobs had under way."""
     est = TFEstimator(modelFn=models.linear, numWorkers=1, batchSize=30, shuffle=True, seed=2,
                       modelDir=str(tmp_path / "m"))
-    cold = time.monotonic()  # the session's first fit: warms it, and bounds a job's start
-    est.copy({est.epochs: 2}).fit(linear_frame)
+    # A fit on both executors first: it starts each one's Python worker and spare where
+    # Spark had ended them (after a minute idle), and bounds a job's start. Else the warm
+    # fit, on one executor, measured 1.7 s or 8 s (a TensorFlow import) as it landed, and
+    # the search's first job on the other executor spent most of a short maxTime starting.
+    cold = time.monotonic()
+    est.copy({est.epochs: 2, est.numWorkers: 2}).fit(linear_frame)
     warm = time.monotonic()  # a warm 2-epoch fit: the unit of this test's clock
     est.copy({est.epochs: 2}).fit(linear_frame)
     budget, cold = 5 * (time.monotonic() - warm), warm - cold
@@ -164,7 +168,9 @@ def test_max_time_stops_the_search_and_keeps_the_best_so_far(
                key=lambda r: r["metrics"][-1])
     assert best["trial"] == found.bestTrial
 
-    again = search.copy().fit(linear_frame)  # continues: the cut jobs first, then the rest
+    # continues: the cut jobs first, then the rest; with a cold fit's time more, so that a
+    # job's start cannot take all of it (found: 8.4 s, and nothing trained)
+    again = search.copy({search.maxTime: budget + cold}).fit(linear_frame)
     with open(log) as f:
         begun_twice = collections.Counter(tuple(line.split()[:2]) for line in f)
     cut = {(f"{rates[i]:.6g}", str(r["epochs"])) for i, r in records.items()

@@ -2,11 +2,16 @@
 metric_modes), and how it labels its trials (issue 53, items 2, 6 and 8): no Spark, the
 search's loop made as its fit makes it."""
 
+import copy
+import json
+import pickle
+
 import keras
 import pytest
 
 from sparktf.errors import InvalidInputError
 from sparktf.ml import TFEstimator
+from sparktf.ml.runs import identity
 from sparktf.ml.tuning import HalvingSearch, choice
 
 
@@ -132,6 +137,48 @@ def test_each_setting_that_reaches_model_fn_is_built_once_per_rung_checked(tmp_p
     _search(tmp_path, lambda _: grid, estimator=est, metric="val_binary_io_u")
     assert sorted((h["learningRate"], h["epochs"]) for h in built) == \
         [(0.1, 1), (0.1, 3), (0.2, 1), (0.2, 3)]  # numWorkers reaches no modelFn
+
+
+def test_a_model_fn_that_reads_no_epochs_is_built_once_per_setting(tmp_path):
+    """A search of 60 points built 121 models on the driver before its first job (6 s of a
+    short maxTime): a setting is built again at the last rung only if its modelFn read
+    hparams['epochs'], or the whole dict."""
+    built = []
+
+    def counted(hparams):
+        built.append((hparams["learningRate"], hparams["epochs"] if hparams.get("decay")
+                      else None))
+        return classifier(hparams)
+
+    est = TFEstimator(modelFn=counted, validationFraction=0.25, epochs=3)
+    rates = [0.1, 0.2, 0.3]
+    _search(tmp_path, lambda e: [{e.learningRate: r} for r in rates], estimator=est,
+            metric="val_loss")
+    assert sorted(built) == [(r, None) for r in rates]
+    built.clear()
+    with pytest.raises(InvalidInputError, match="builds another model for other epochs"):
+        _search(tmp_path, lambda e: [{e.learningRate: 0.1}, {e.learningRate: 0.2,
+                                                            e.hyperParams: {"decay": True}}],
+                estimator=est, metric="val_loss")
+    assert sorted(built) == [(0.1, None), (0.2, 1), (0.2, 3)]
+
+
+@pytest.mark.parametrize("read", [
+    lambda h: h["epochs"], lambda h: h.get("epochs"), lambda h: "epochs" in h,
+    lambda h: dict(h), lambda h: {**h}, lambda h: (lambda **kw: kw)(**h), lambda h: list(h),
+    lambda h: json.dumps(h), lambda h: repr(h), lambda h: h == {}, lambda h: h.copy(),
+    lambda h: list(h.items()), lambda h: list(h.values()), lambda h: h | {},
+    lambda h: pickle.dumps(h), lambda h: copy.copy(h), lambda h: h.pop("epochs")])
+def test_keys_read_sees_every_way_of_reading_the_epochs(read):
+    hparams = identity.KeysRead({"epochs": 3, "learningRate": 0.1})
+    read(hparams)
+    assert "epochs" in hparams.read
+
+
+def test_keys_read_sees_only_the_keys_read():
+    hparams = identity.KeysRead({"epochs": 3, "learningRate": 0.1, "units": 4})
+    assert hparams["learningRate"] == 0.1 and hparams.get("units") == 4 and len(hparams) == 3
+    assert hparams.read == {"learningRate", "units"}
 
 
 def test_sampled_trials_that_draw_the_estimators_own_value_name_it(tmp_path):

@@ -44,12 +44,61 @@ def built(model_fn, hparams: dict) -> tuple:
     try:
         # one build at a time: the driver's random state is the process's (parallel fits)
         with _BUILDING, _fresh_names(), _own_random_state(), tf_startup.quiet_start():
-            model = model_fn(dict(hparams))
+            model = model_fn(hparams if isinstance(hparams, KeysRead) else dict(hparams))
         return model, describe(model), None
     except Exception as e:  # noqa: BLE001 - any failure: recognised by its code instead
         logger.info("sparktf: modelFn could not build its model on the driver (%s: %s): the "
                     "run recognises it by its code", type(e).__name__, e)
         return None, {"modelFn": code_identity(model_fn)}, e
+
+
+class KeysRead(dict):
+    """``hparams`` that note which keys ``modelFn`` read (``read``), so what its model can
+    depend on; every key, once it iterated, copied, compared or printed the whole dict
+    (``dict(hparams)``, ``**hparams``, ``json.dumps``). Passed to ``built`` as it is."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.read: set = set()
+
+    def _whole(self):
+        self.read.update(dict.keys(self))
+
+    def __getitem__(self, key):
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def get(self, key, default=None):
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __contains__(self, key):
+        self.read.add(key)
+        return super().__contains__(key)
+
+    def pop(self, key, *default):
+        self.read.add(key)
+        return super().pop(key, *default)
+
+    def setdefault(self, key, default=None):
+        self.read.add(key)
+        return super().setdefault(key, default)
+
+
+def _reads_whole(name: str):
+    method = getattr(dict, name)
+
+    def whole(self, *args, **kwargs):
+        self._whole()
+        return method(self, *args, **kwargs)
+
+    whole.__name__ = name
+    return whole
+
+
+for _name in ("__iter__", "keys", "items", "values", "copy", "popitem", "__repr__",
+              "__eq__", "__ne__", "__or__", "__ror__", "__reduce__", "__reduce_ex__"):
+    setattr(KeysRead, _name, _reads_whole(_name))
 
 
 def describe(model) -> dict:
