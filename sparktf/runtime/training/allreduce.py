@@ -95,6 +95,7 @@ class _EpochLoop(loop.EpochRunner):
     def train_epoch(self, epoch: int) -> dict[str, float]:
         logs: dict = {}
         hooks = self.batch_logs
+        reduced = hooks
         done = 0  # steps trained
         waiting = self.times.waiting if self.times is not None else _nothing
         for step, data in enumerate(self.spec.batches(self.ctx.shard, self.plan.sizes,
@@ -104,8 +105,8 @@ class _EpochLoop(loop.EpochRunner):
                       progress=lambda step=step, logs=logs: self._progress(step, logs))
             if hooks:
                 self.callbacks.on_train_batch_begin(step)
-            logs = self.steps_fn.train(data, self.shares[step],
-                                       reduce=hooks or step == self.steps - 1)
+            reduced = hooks or (step == self.steps - 1 and self.steps_fn.last_step_reduces())
+            logs = self.steps_fn.train(data, self.shares[step], reduce=reduced)
             done = step + 1
             if step == 0 and epoch == 0:
                 self.ctx.phase("first step")
@@ -121,7 +122,7 @@ class _EpochLoop(loop.EpochRunner):
         self._done = done
         with waiting():
             self.same_state()  # before validation, the callbacks and the checkpoint
-        return self.steps_fn.epoch_logs(logs)
+        return self.steps_fn.epoch_logs(logs, reduced)
 
     def validate(self) -> dict[str, float]:
         return self.validation.run(self.validation_step)

@@ -163,14 +163,43 @@ class KerasSteps:
             traced = self._traced[(key, shapes)] = function.get_concrete_function(*args)
         return traced(*args)
 
-    def epoch_logs(self, last_logs) -> dict:
+    def last_step_reduces(self) -> bool:
+        """Whether a pass's last step must average its logs over all replicas in the
+        step itself (``reduce``): only with several replicas on this worker (under a
+        strategy: the default one, a process alone, has one replica), whose
+        unreduced logs are the first replica's. Else ``epoch_logs`` averages them over
+        the workers afterwards, and only where they are reported (a custom step's own
+        logs): a step traced for its last call alone was a second trace of the training
+        step in every fit (about a fifth of a small fit's task CPU)."""
+        return self.strategy.num_replicas_in_sync > 1 and replicas_per_worker(self.strategy) > 1
+
+    def epoch_logs(self, last_logs, reduced: bool) -> dict:
         """What Keras's ``fit`` reports after an epoch (``_get_metrics_result_or_logs``):
-        the compiled metrics over all workers, or a custom step's own last logs; a vector
-        metric (``F1Score(average=None)``) as a numpy array, as Keras leaves it."""
+        the compiled metrics over all workers, or a custom step's own last logs (averaged
+        over the workers here unless ``reduced`` by the step); a vector metric
+        (``F1Score(average=None)``) as a numpy array, as Keras leaves it."""
         metrics = python_logs(self.model.get_metrics_result())
         if isinstance(last_logs, dict) and set(last_logs) == set(metrics):
             return metrics
+        if not reduced and self.strategy.num_replicas_in_sync > 1:
+            last_logs = self._mean_over_workers(last_logs)
         return python_logs(last_logs)
+
+    def _mean_over_workers(self, logs):
+        """``logs`` (this worker's, one replica) averaged over all workers: the collective
+        a step's ``strategy.reduce("MEAN", ...)`` runs (every worker calls it alike)."""
+        if "mean" not in self._functions:
+            import tensorflow as tf
+
+            strategy = self.strategy
+
+            @tf.function(autograph=False, reduce_retracing=True)
+            def mean(values):
+                return tf.nest.map_structure(
+                    lambda v: strategy.reduce("MEAN", strategy.run(tf.identity, args=(v,)),
+                                              axis=None), values)
+            self._functions["mean"] = mean
+        return self._functions["mean"](logs)
 
     def any_worker(self, flag: bool) -> bool:
         """Whether ``flag`` is true on any worker (a collective every worker joins)."""

@@ -257,17 +257,19 @@ class ValidationPass:
         self.callbacks.on_test_begin()
         logs: dict = {}
         shares = self.plan.shares
+        reduced = bool(self.hooks)
         for step, data in enumerate(self.spec.batches(self.shard, self.plan.sizes, self.bound,
                                                       infos=self.infos, stand_in=True)):
             if self.hooks:
                 self.callbacks.on_test_batch_begin(step)
-            logs = self.steps_fn.test(data, shares[step],
-                                      reduce=self.hooks or step == self.plan.steps - 1)
+            reduced = bool(self.hooks) or (step == self.plan.steps - 1 and
+                                           self.steps_fn.last_step_reduces())
+            logs = self.steps_fn.test(data, shares[step], reduce=reduced)
             if self.hooks:
                 self.callbacks.on_test_batch_end(step, logs)
             if progress is not None:
                 progress(step)
-        logs = self.steps_fn.epoch_logs(logs)
+        logs = self.steps_fn.epoch_logs(logs, reduced)
         self.callbacks.on_test_end(logs)
         return {f"val_{name}": value for name, value in logs.items()}
 
