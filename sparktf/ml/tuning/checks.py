@@ -70,7 +70,9 @@ def _distinct_settings(estimators: list) -> list:
 
 def _check_same_model(first: dict, est, rungs: list[int], whose: str) -> None:
     """Refuses a model that ``modelFn`` builds otherwise at the last rung's epochs."""
-    last = identity.model_identity(est.getModelFn(), {**est.hparams(), "epochs": rungs[-1]})
+    # given as the first build's was: a model that keeps its hparams sees the same type
+    last = identity.model_identity(est.getModelFn(),
+                                   identity.KeysRead({**est.hparams(), "epochs": rungs[-1]}))
     said = identity.differences(first, last)
     if said:
         raise InvalidInputError(
