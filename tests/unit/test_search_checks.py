@@ -163,6 +163,20 @@ def test_a_model_fn_that_reads_no_epochs_is_built_once_per_setting(tmp_path):
     assert sorted(built) == [(0.1, None), (0.2, 1), (0.2, 3)]
 
 
+def test_a_model_fn_that_cannot_take_the_recording_dict_is_built_from_a_dict(tmp_path):
+    """Found by review: yaml.safe_dump refuses a dict subclass; the build failed, and the
+    epochs check was skipped."""
+    yaml = pytest.importorskip("yaml")
+
+    def logged(hparams):
+        yaml.safe_dump(hparams)
+        return classifier({**hparams, "decay": True})
+
+    est = TFEstimator(modelFn=logged, validationFraction=0.25, epochs=3)
+    with pytest.raises(InvalidInputError, match="builds another model for other epochs"):
+        _search(tmp_path, _rates, estimator=est, metric="val_loss")
+
+
 @pytest.mark.parametrize("read", [
     lambda h: h["epochs"], lambda h: h.get("epochs"), lambda h: "epochs" in h,
     lambda h: dict(h), lambda h: {**h}, lambda h: (lambda **kw: kw)(**h), lambda h: list(h),

@@ -30,9 +30,13 @@ def check(search, estimators: list, rungs: list[int], labels: list[dict]) -> boo
             whose = f" for trial {index} ({trials.shown(labels[index])})"
             hparams = identity.KeysRead({**est.hparams(), "epochs": rungs[0]})
             model, first, error = identity.built(est.getModelFn(), hparams)
+            read = error is None and "epochs" in hparams.read
+            if error is not None:  # it cannot take a dict subclass (yaml, keras.tree): a dict
+                model, first, error = identity.built(est.getModelFn(), dict(hparams))
+                read = True
             # built again at the last rung only if it read its epochs: a search of many
             # points paid two builds each before its first job (60 points: 6 s of maxTime)
-            if len(rungs) > 1 and error is None and "epochs" in hparams.read:
+            if len(rungs) > 1 and error is None and read:
                 _check_same_model(first, est, rungs, whose)
             if auto:
                 larger[index] = metric_modes.larger_is_better(
@@ -70,9 +74,7 @@ def _distinct_settings(estimators: list) -> list:
 
 def _check_same_model(first: dict, est, rungs: list[int], whose: str) -> None:
     """Refuses a model that ``modelFn`` builds otherwise at the last rung's epochs."""
-    # given as the first build's was: a model that keeps its hparams sees the same type
-    last = identity.model_identity(est.getModelFn(),
-                                   identity.KeysRead({**est.hparams(), "epochs": rungs[-1]}))
+    last = identity.model_identity(est.getModelFn(), {**est.hparams(), "epochs": rungs[-1]})
     said = identity.differences(first, last)
     if said:
         raise InvalidInputError(
