@@ -105,7 +105,7 @@ class _EpochLoop(loop.EpochRunner):
                       progress=lambda step=step, logs=logs: self._progress(step, logs))
             if hooks:
                 self.callbacks.on_train_batch_begin(step)
-            reduced = hooks or (step == self.steps - 1 and self.steps_fn.last_step_reduces())
+            reduced = self.steps_fn.reduces(hooks, step == self.steps - 1)
             logs = self.steps_fn.train(data, self.shares[step], reduce=reduced)
             done = step + 1
             if step == 0 and epoch == 0:

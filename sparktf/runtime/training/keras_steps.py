@@ -163,15 +163,20 @@ class KerasSteps:
             traced = self._traced[(key, shapes)] = function.get_concrete_function(*args)
         return traced(*args)
 
-    def last_step_reduces(self) -> bool:
-        """Whether a pass's last step must average its logs over all replicas in the
-        step itself (``reduce``): only with several replicas on this worker (under a
-        strategy: the default one, a process alone, has one replica), whose
-        unreduced logs are the first replica's. Else ``epoch_logs`` averages them over
-        the workers afterwards, and only where they are reported (a custom step's own
-        logs): a step traced for its last call alone was a second trace of the training
-        step in every fit (about a fifth of a small fit's task CPU)."""
-        return self.strategy.num_replicas_in_sync > 1 and replicas_per_worker(self.strategy) > 1
+    def reduces(self, hooks: bool, last: bool) -> bool:
+        """Whether a pass's step averages its logs over all replicas in the step itself
+        (``reduce``): every step where batch callbacks read them (``hooks``), and the
+        last one only with several replicas on this worker (under a strategy: the
+        default one, a process alone, has one), whose unreduced logs are the first
+        replica's. Else ``epoch_logs`` averages the last logs over the workers
+        afterwards, and only where they are reported (a custom step's own logs): a step
+        traced for its last call alone was a second trace of the training step in every
+        fit (about a fifth of a small fit's task CPU)."""
+        return hooks or (last and self._several_workers() and
+                         replicas_per_worker(self.strategy) > 1)
+
+    def _several_workers(self) -> bool:
+        return self.strategy.num_replicas_in_sync > 1
 
     def epoch_logs(self, last_logs, reduced: bool) -> dict:
         """What Keras's ``fit`` reports after an epoch (``_get_metrics_result_or_logs``):
@@ -181,39 +186,29 @@ class KerasSteps:
         metrics = python_logs(self.model.get_metrics_result())
         if isinstance(last_logs, dict) and set(last_logs) == set(metrics):
             return metrics
-        if not reduced and self.strategy.num_replicas_in_sync > 1:
-            last_logs = self._mean_over_workers(last_logs)
+        if not reduced and self._several_workers():
+            last_logs = self._over_workers("MEAN", last_logs)
         return python_logs(last_logs)
 
-    def _mean_over_workers(self, logs):
-        """``logs`` (this worker's, one replica) averaged over all workers: the collective
-        a step's ``strategy.reduce("MEAN", ...)`` runs (every worker calls it alike)."""
-        if "mean" not in self._functions:
+    def any_worker(self, flag: bool) -> bool:
+        """Whether ``flag`` is true on any worker (a collective every worker joins)."""
+        return bool(self._over_workers("SUM", np.float32(flag)) > 0)
+
+    def _over_workers(self, op: str, values):
+        """``values`` (this worker's, one replica) reduced by ``op`` over all workers: the
+        collective a step's ``strategy.reduce`` runs (every worker calls it alike)."""
+        if op not in self._functions:
             import tensorflow as tf
 
             strategy = self.strategy
 
             @tf.function(autograph=False, reduce_retracing=True)
-            def mean(values):
+            def reduced(values):
                 return tf.nest.map_structure(
-                    lambda v: strategy.reduce("MEAN", strategy.run(tf.identity, args=(v,)),
+                    lambda v: strategy.reduce(op, strategy.run(tf.identity, args=(v,)),
                                               axis=None), values)
-            self._functions["mean"] = mean
-        return self._functions["mean"](logs)
-
-    def any_worker(self, flag: bool) -> bool:
-        """Whether ``flag`` is true on any worker (a collective every worker joins)."""
-        if "any" not in self._functions:
-            import tensorflow as tf
-
-            strategy = self.strategy
-
-            @tf.function(autograph=False)
-            def total(value):
-                return strategy.reduce("SUM", strategy.run(tf.identity, args=(value,)),
-                                       axis=None)
-            self._functions["any"] = total
-        return bool(self._functions["any"](np.float32(flag)) > 0)
+            self._functions[op] = reduced
+        return self._functions[op](values)
 
     def _function(self, kind: str, reduce: bool, update: bool | None = None):
         key = (kind, reduce, update)

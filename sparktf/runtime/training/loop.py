@@ -262,8 +262,7 @@ class ValidationPass:
                                                       infos=self.infos, stand_in=True)):
             if self.hooks:
                 self.callbacks.on_test_batch_begin(step)
-            reduced = bool(self.hooks) or (step == self.plan.steps - 1 and
-                                           self.steps_fn.last_step_reduces())
+            reduced = self.steps_fn.reduces(bool(self.hooks), step == self.plan.steps - 1)
             logs = self.steps_fn.test(data, shares[step], reduce=reduced)
             if self.hooks:
                 self.callbacks.on_test_batch_end(step, logs)
