@@ -154,9 +154,14 @@ def test_max_time_stops_the_search_and_keeps_the_best_so_far(
     folder = str(tmp_path / "m" / "timed")
     kept = _with_checkpoints(folder)
     for index, record in records.items():  # as far as each got: its last checkpoint
-        if index in kept:
-            state = json.loads(open(os.path.join(folder, f"trial-{index:03d}", "checkpoints",
-                                                 "latest.json")).read())
+        pointer = os.path.join(folder, f"trial-{index:03d}", "checkpoints", "latest.json")
+        if index in kept and not os.path.exists(pointer):
+            # cut while its first checkpoint was being written (found in CI): never
+            # committed, so never loaded; continued, the trial trains from its start
+            assert record["epochs"] == 0 and record["stopReason"].startswith(
+                "maxTime ran out"), record
+        elif index in kept:
+            state = json.loads(open(pointer).read())
             assert state["dir"].endswith(f"{record['epochs']:05d}"), (index, state)
         elif record["epochs"]:  # given back before maxTime: it could train no further
             assert record["stopReason"].startswith(("not in the top", "trained to")), record
