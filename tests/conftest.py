@@ -269,11 +269,13 @@ class Job:
     (or a notebook, or a driver on a terminal), run beside the in-process tests.
 
     Declared at module level; ``pytest_collection_modifyitems`` starts the jobs of the
-    collected modules at once, one at a time in a background thread (longest first), and
-    moves those modules to the end of the run, so that the jobs use the CPU the in-process
-    tests leave idle (they wait on timeouts, barriers and JVMs for about a fifth of the run)
-    and, once those are done, the second core. ``finished()`` blocks until the job's
-    process has ended, running it here if no one has started it yet.
+    collected modules at once, in ``SPARKTF_TEST_LANES`` background threads (default 2;
+    longest first), and moves those modules to the end of the run, so that the jobs use
+    the CPU the in-process tests leave idle (they wait on timeouts, barriers and JVMs for
+    about a fifth of the run) and, once those are done, the second core. Two lanes, not
+    one: a job waits too (its JVMs' start, its own barriers), and with one lane beside the
+    in-process tests the two cores were idle for 28% of the run. ``finished()`` blocks
+    until the job's process has ended, running it here if no one has started it yet.
     Set SPARKTF_TEST_BACKGROUND=0 to run every job in the test that needs it.
 
     ``script``: a Python file under the project root, run by this interpreter; or a whole
@@ -443,17 +445,21 @@ def pytest_collection_modifyitems(session, config, items):
             if job.claim():
                 job.run()
 
-    thread = threading.Thread(target=drain, name=f"{HARNESS_THREAD}jobs", daemon=True)
-    thread.start()
-    config._sparktf_jobs = (thread, jobs)
+    lanes = max(1, int(os.environ.get("SPARKTF_TEST_LANES", "2")))
+    threads = [threading.Thread(target=drain, name=f"{HARNESS_THREAD}jobs-{lane}", daemon=True)
+               for lane in range(lanes)]
+    for thread in threads:
+        thread.start()
+    config._sparktf_jobs = (threads, jobs)
 
 
 def pytest_sessionfinish(session):
-    thread, jobs = getattr(session.config, "_sparktf_jobs", (None, Job.declared))
+    threads, jobs = getattr(session.config, "_sparktf_jobs", ((), Job.declared))
     for job in jobs:
         job.cleanup()
-    if thread is not None:
-        thread.join(timeout=60)
+    deadline = time.monotonic() + 60
+    for thread in threads:
+        thread.join(timeout=max(0.0, deadline - time.monotonic()))
 
 
 def pytest_terminal_summary(terminalreporter):
