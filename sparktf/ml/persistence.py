@@ -25,7 +25,7 @@ import sparktf
 from sparktf._driver import pickling, sessions, versions
 from sparktf.errors import InvalidInputError
 from sparktf.runtime import storage, tf_startup
-from sparktf.runtime.training import export, keras_steps
+from sparktf.runtime.training import export, keras_steps, model_kind
 from sparktf.runtime.training.spec import KERAS_FILE, SAVED_MODEL
 
 FORMAT_VERSION = 1
@@ -225,7 +225,7 @@ def keras_model(model, custom_objects: dict | None):
 def export_keras(model, path: str) -> tuple:
     """The Keras ``model`` exported to ``path`` as a fit exports (``TFModel.from_keras``): the
     SavedModel, its ``.keras`` and what it masks; its prediction kind and logits."""
-    kind, from_logits = keras_steps.prediction_kind(model)
+    kind, from_logits = model_kind.prediction_kind(model)
     with tempfile.TemporaryDirectory(prefix="sparktf-export-",
                                      dir=storage.scratch_root()) as local:
         folder = os.path.join(local, SAVED_MODEL)

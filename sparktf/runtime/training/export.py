@@ -14,7 +14,7 @@ from sparktf.runtime import storage
 from sparktf.runtime.feed import shards
 from sparktf.runtime.scoring import padding, saved_models
 from sparktf.runtime.training import bindings as binding
-from sparktf.runtime.training import keras_steps
+from sparktf.runtime.training import keras_steps, model_kind
 from sparktf.runtime.training.spec import (
     BUILDER_IN_SAVED_MODEL,
     KERAS_IN_SAVED_MODEL,
@@ -34,7 +34,7 @@ def chief_result(model, spec: TrainSpec, ctx, history: dict,
     ctx.phase("exported")
     if not ctx.isChief:
         return None
-    kind, from_logits = keras_steps.prediction_kind(model)
+    kind, from_logits = model_kind.prediction_kind(model)
     return {"history": history, "export_dir": exported, "rows": int(sum(ctx.allNumRows)),
             "input_mapping": _signature_mapping(signature_inputs, bound),
             "prediction_kind": kind, "from_logits": from_logits, "workers": workers or []}

@@ -17,6 +17,7 @@ from sparktf.runtime.training import (
     checkpoint,
     file_callbacks,
     keras_steps,
+    model_kind,
     run_state,
     summaries,
 )
@@ -69,7 +70,7 @@ def check_labels(model, spec: TrainSpec, ctx) -> None:
             highs.append(float(labels.max()))
             integral &= bool(np.all(np.mod(labels, 1) == 0))
     if lows:
-        keras_steps.check_class_labels(model, min(lows), max(highs), integral,
+        model_kind.check_class_labels(model, min(lows), max(highs), integral,
                                        spec.label_column)
 
 
