@@ -299,6 +299,7 @@ class Job:
         self._done = threading.Event()
         self._finished: Finished | None = None
         self._proc: subprocess.Popen | None = None
+        self._ended = False  # the test session ended it: it starts no process any more
         self._workdirs: list[str] = []
         self._tag = uuid.uuid4().hex  # the RUN_TAG of every process the job starts
         Job.declared.append(self)
@@ -344,8 +345,12 @@ class Job:
             command = [sys.executable, os.path.join(ROOT, self.script), *args]
         if self.terminal:
             return self._on_terminal(command, env)
-        self._proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True, env=env, start_new_session=True, cwd=ROOT)
+        with self._lock:  # not after cleanup(), which would not see the process to end it
+            if self._ended:
+                return self._not_run()
+            self._proc = subprocess.Popen(command, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True, env=env,
+                                          start_new_session=True, cwd=ROOT)
         try:
             stdout, stderr = self._proc.communicate(timeout=self.timeout_s)
         except subprocess.TimeoutExpired:
@@ -353,6 +358,12 @@ class Job:
             stdout, stderr = self._proc.communicate()
             stderr += f"\n[test] {self.name}: stopped after {self.timeout_s} s"
         return Finished(self._proc.returncode, stdout, stderr)
+
+    def _not_run(self) -> Finished:
+        """Claimed as the session ended (cleanup() ran): no process, no folder left."""
+        for workdir in self._workdirs:
+            shutil.rmtree(workdir, ignore_errors=True)
+        return Finished(-1, "", f"[test] {self.name}: not run, the session ended")
 
     def _on_terminal(self, command, env) -> Finished:
         import fcntl
@@ -363,9 +374,14 @@ class Job:
         controller, terminal = pty.openpty()
         # a terminal window of 40 rows x 120 columns, as a user's (a new pty has no size)
         fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-        self._proc = subprocess.Popen(command, stdin=terminal, stdout=terminal,
-                                      stderr=terminal, env=env, close_fds=True,
-                                      start_new_session=True)
+        with self._lock:  # as _execute: not after cleanup()
+            if self._ended:
+                os.close(terminal)
+                os.close(controller)
+                return self._not_run()
+            self._proc = subprocess.Popen(command, stdin=terminal, stdout=terminal,
+                                          stderr=terminal, env=env, close_fds=True,
+                                          start_new_session=True)
         os.close(terminal)
         timer = threading.Timer(self.timeout_s, self.stop)
         timer.name = f"{HARNESS_THREAD}{self.name}-timeout"
@@ -402,6 +418,15 @@ class Job:
                 pass
 
     def cleanup(self) -> None:
+        """At the session's end (after ``-x``, Ctrl-C or a failure too): a job not yet
+        claimed is never run, one claimed but not yet started starts no process, and a
+        running one is ended; then its folders are removed."""
+        with self._lock:
+            self._ended = True
+            if self._state == "new":
+                self._state = "done"
+                self._finished = Finished(-1, "", f"[test] {self.name}: not run")
+                self._done.set()
         self.stop()
         for workdir in self._workdirs:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -427,7 +452,7 @@ def pytest_collection_modifyitems(session, config, items):
             or os.environ.get("SPARKTF_TEST_BACKGROUND", "1") == "0"):
         return
     queue = sorted(jobs, key=lambda job: -job.expected_s)
-    # at the end, the tests wait for the jobs the background thread reaches last first:
+    # at the end, the tests wait for the jobs the background lanes reach last first:
     # a job not yet started then runs in the test, so both lanes drain the queue
     rank = {job: i for i, job in enumerate(queue)}
     last = {item: max((rank[j] for j in _jobs_of(getattr(item, "module", None))),
