@@ -345,12 +345,9 @@ class Job:
             command = [sys.executable, os.path.join(ROOT, self.script), *args]
         if self.terminal:
             return self._on_terminal(command, env)
-        with self._lock:  # not after cleanup(), which would not see the process to end it
-            if self._ended:
-                return self._not_run()
-            self._proc = subprocess.Popen(command, stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, text=True, env=env,
-                                          start_new_session=True, cwd=ROOT)
+        if not self._start(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, env=env, start_new_session=True, cwd=ROOT):
+            return self._not_run()
         try:
             stdout, stderr = self._proc.communicate(timeout=self.timeout_s)
         except subprocess.TimeoutExpired:
@@ -359,11 +356,23 @@ class Job:
             stderr += f"\n[test] {self.name}: stopped after {self.timeout_s} s"
         return Finished(self._proc.returncode, stdout, stderr)
 
+    def _start(self, command, **popen) -> bool:
+        """Starts the job's process, unless cleanup() has ended the job: under the lock,
+        so that cleanup() never misses a process started as it ran."""
+        with self._lock:
+            if self._ended:
+                return False
+            self._proc = subprocess.Popen(command, **popen)
+            return True
+
     def _not_run(self) -> Finished:
-        """Claimed as the session ended (cleanup() ran): no process, no folder left."""
+        """What a job ended before its process started gives: no process, no folder left."""
+        self._remove_workdirs()
+        return Finished(-1, "", f"[test] {self.name}: not run, the session ended")
+
+    def _remove_workdirs(self) -> None:
         for workdir in self._workdirs:
             shutil.rmtree(workdir, ignore_errors=True)
-        return Finished(-1, "", f"[test] {self.name}: not run, the session ended")
 
     def _on_terminal(self, command, env) -> Finished:
         import fcntl
@@ -374,14 +383,11 @@ class Job:
         controller, terminal = pty.openpty()
         # a terminal window of 40 rows x 120 columns, as a user's (a new pty has no size)
         fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-        with self._lock:  # as _execute: not after cleanup()
-            if self._ended:
-                os.close(terminal)
-                os.close(controller)
-                return self._not_run()
-            self._proc = subprocess.Popen(command, stdin=terminal, stdout=terminal,
-                                          stderr=terminal, env=env, close_fds=True,
-                                          start_new_session=True)
+        if not self._start(command, stdin=terminal, stdout=terminal, stderr=terminal,
+                           env=env, close_fds=True, start_new_session=True):
+            os.close(terminal)
+            os.close(controller)
+            return self._not_run()
         os.close(terminal)
         timer = threading.Timer(self.timeout_s, self.stop)
         timer.name = f"{HARNESS_THREAD}{self.name}-timeout"
@@ -425,11 +431,10 @@ class Job:
             self._ended = True
             if self._state == "new":
                 self._state = "done"
-                self._finished = Finished(-1, "", f"[test] {self.name}: not run")
+                self._finished = self._not_run()
                 self._done.set()
         self.stop()
-        for workdir in self._workdirs:
-            shutil.rmtree(workdir, ignore_errors=True)
+        self._remove_workdirs()
 
 
 def _jobs_of(module) -> list[Job]:
